@@ -1,0 +1,217 @@
+"""Read a propagated module: every collective and every op's per-device work.
+
+Input: a module after ``shardy-propagate`` (Shardy has written ``sdy.sharding`` on
+ops and inserted explicit collectives). Output: ``ModuleFacts``. Nothing here guesses a
+collective from a pattern: it only reads the ops Shardy put in the IR.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from shard_opt import ir
+from shard_opt.facts import Collective, ModuleFacts, OpWork, dtype_bytes
+from shard_opt.sharding import Mesh, TensorSharding
+
+SDY_COLLECTIVES = {
+    "sdy.all_reduce": "all_reduce",
+    "sdy.all_gather": "all_gather",
+    "sdy.all_slice": "all_slice",
+    "sdy.reduce_scatter": "reduce_scatter",
+    "sdy.all_to_all": "all_to_all",
+    "sdy.collective_permute": "collective_permute",
+}
+
+# Ops that only relabel or move data layout; a compiler fuses them into their users.
+LAYOUT_OPS = {
+    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert", "stablehlo.broadcast_in_dim",
+    "stablehlo.constant", "sdy.constant", "func.return", "stablehlo.return", "stablehlo.slice",
+    "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.iota", "stablehlo.bitcast_convert",
+    "sdy.sharding_constraint", "sdy.reshard", "sdy.return",
+}
+
+_REASONS = {
+    "all_reduce": "{producer} leaves partial sums over {axes} (its contracted dim is split there); "
+                  "the consumer needs the full sum",
+    "all_gather": "{consumer} needs dims split on {axes} whole",
+    "reduce_scatter": "partial sums over {axes} are summed and left split",
+    "all_slice": "a replicated value is split on {axes} for {consumer} (local slice, no traffic)",
+    "all_to_all": "the split on {axes} moves to another dim for {consumer}",
+    "collective_permute": "devices along {axes} swap shards to match {consumer}'s layout",
+}
+
+
+def meshes_of(module) -> dict[str, Mesh]:
+    """The module's ``sdy.mesh`` declarations by name."""
+    out = {}
+    for op in module.body.operations:
+        if op.operation.name != "sdy.mesh":
+            continue
+        name = op.attributes["sym_name"].value
+        text = str(op.attributes["mesh"])
+        axes = re.findall(r'"([^"]+)"\s*=\s*(\d+)', text)
+        if axes:
+            out[name] = Mesh(tuple(int(s) for _, s in axes), tuple(a for a, _ in axes), name)
+        else:  # a maximal / empty mesh
+            out[name] = Mesh((1,), ("_",), name)
+    return out
+
+
+def _per_value(op) -> list[TensorSharding] | None:
+    if "sdy.sharding" in op.attributes:
+        text = str(op.attributes["sdy.sharding"])
+        return [TensorSharding.parse(b) for b in re.findall(r"<@[^<>]*?\[.*?\][^<>]*?>", text)]
+    if "out_sharding" in op.attributes:
+        return [TensorSharding.parse(str(op.attributes["out_sharding"]))]
+    return None
+
+
+def arg_shardings(func) -> list[TensorSharding | None]:
+    """``sdy.sharding`` of each ``@main`` argument (None where there is none)."""
+    irm = ir.ir()
+    n = len(func.regions[0].blocks[0].arguments)
+    if "arg_attrs" not in func.attributes:
+        return [None] * n
+    out = []
+    for a in func.attributes["arg_attrs"]:
+        d = irm.DictAttr(a)
+        out.append(TensorSharding.parse(str(d["sdy.sharding"])) if "sdy.sharding" in d else None)
+    return out + [None] * (n - len(out))
+
+
+def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
+    """``ModuleFacts`` of a propagated module (and the collective ops, if asked)."""
+    meshes = meshes_of(module)
+    mesh = meshes.get("mesh") or next(iter(meshes.values()), Mesh((1, 1)))
+    func = ir.main_func(module)
+    block = func.regions[0].blocks[0]
+    args = list(block.arguments)
+    kinds = list(arg_kinds) if arg_kinds else ["input"] * len(args)
+
+    shard: dict = {}  # Value -> TensorSharding
+    weight_values: set = set()  # values that are parameters or layout views of them
+    facts = ModuleFacts(mesh.shape, mesh.axes)
+    for a, s, kind in zip(args, arg_shardings(func), kinds):
+        shape, dtype = ir.tensor_type(a.type) or ((), "f32")
+        if s is not None:
+            shard[a] = s
+        local = s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape
+        facts.arg_local_bytes.append(math.prod(local) * dtype_bytes(dtype))
+        facts.arg_kinds.append(kind)
+        facts.arg_global_elements.append(math.prod(shape))
+        if kind in ("param", "buffer"):
+            weight_values.add(a)
+
+    def local_of(value):
+        tt = ir.tensor_type(value.type)
+        if tt is None:
+            return (), "f32"
+        shape, dtype = tt
+        s = shard.get(value)
+        return (s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype
+
+    collective_ops = []
+    for index, op in enumerate(ir.walk_ops(func)):
+        name = op.operation.name
+        shardings = _per_value(op)
+        if shardings:
+            for r, s in zip(op.results, shardings):
+                shard[r] = s
+        if name in LAYOUT_OPS:
+            if op.operands and any(o in weight_values for o in op.operands) and name != "func.return":
+                for r in op.results:
+                    weight_values.add(r)
+            continue
+        if name in SDY_COLLECTIVES:
+            facts.collectives.append(_collective(op, index, local_of, shard, mesh, meshes))
+            collective_ops.append(op)
+            continue
+        if name == "sdy.mesh" or not op.results:
+            continue
+        ins = [local_of(o) for o in op.operands]
+        outs = [local_of(r) for r in op.results]
+        bytes_in = sum(math.prod(s) * dtype_bytes(d) for s, d in ins)
+        bytes_out = sum(math.prod(s) * dtype_bytes(d) for s, d in outs)
+        wbytes = sum(math.prod(s) * dtype_bytes(d) for (s, d), o in zip(ins, op.operands) if o in weight_values)
+        flops = _flops(op, ins, outs)
+        facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index))
+        facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
+    return (facts, collective_ops) if return_ops else facts
+
+
+def _mesh_for(s: TensorSharding, meshes: dict, default: Mesh) -> Mesh:
+    return meshes.get(s.mesh_name, default)
+
+
+def _collective(op, index, local_of, shard, mesh, meshes) -> Collective:
+    kind = SDY_COLLECTIVES[op.operation.name]
+    operand = op.operands[0]
+    in_local, dtype = local_of(operand)
+    out_local, _ = local_of(op.results[0])
+    gshape, _ = ir.tensor_type(op.results[0].type)
+    in_s = shard.get(operand)
+    out_s = shard.get(op.results[0])
+    if kind == "collective_permute":
+        ins = in_s.axis_names() if in_s else []
+        outs = out_s.axis_names() if out_s else []
+        axes = sorted({a for d in ins + outs for a in d if (d in ins) != (d in outs)} or
+                      {a for d in ins for a in d})
+    else:
+        texts = [str(op.attributes[k]) for k in _attr_names(op) if k != "out_sharding" and not k.startswith("shard_opt.")]
+        axes = []
+        for t in texts:
+            for a in re.findall(r'"([^"]+)"', t):
+                if a not in axes:
+                    axes.append(a)
+    m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
+    sizes = dict(zip(m.axes, m.shape))
+    group = math.prod(sizes.get(a, 1) for a in axes)
+    producer = operand.owner.name if hasattr(operand.owner, "name") and not _is_block(operand.owner) else "argument"
+    consumers = sorted({u.owner.name for u in op.results[0].uses}) if hasattr(op.results[0], "uses") else []
+    consumer = consumers[0] if consumers else "the consumer"
+    loc = str(operand.owner.location) if producer != "argument" else ""
+    reason = _REASONS[kind].format(producer=producer, consumer=consumer, axes="/".join(axes) or "?")
+    return Collective(
+        kind=kind, axes=tuple(axes), global_shape=tuple(gshape), dtype=dtype,
+        in_local_shape=tuple(in_local), out_local_shape=tuple(out_local),
+        bytes_per_device=math.prod(in_local) * dtype_bytes(dtype), group_size=group,
+        op_index=index, loc=loc, producer=producer, reason=reason,
+    )
+
+
+def _is_block(owner) -> bool:
+    return type(owner).__name__ == "Block"
+
+
+def _attr_names(op) -> list[str]:
+    attrs = op.operation.attributes
+    return [attrs[i].name for i in range(len(attrs))]
+
+
+def _dims(text: str, key: str) -> list[int]:
+    m = re.search(key + r"\s*=\s*\[([\d,\s]*)\]", text)
+    return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
+
+
+def _flops(op, ins, outs) -> int:
+    name = op.operation.name
+    out_elems = math.prod(outs[0][0]) if outs else 0
+    if name == "stablehlo.dot_general":
+        text = str(op.attributes["dot_dimension_numbers"])
+        contracting = _dims(text, "lhs_contracting_dimensions")
+        lhs = ins[0][0]
+        k = math.prod(lhs[d] for d in contracting if d < len(lhs))
+        return 2 * out_elems * k
+    if name == "stablehlo.convolution":
+        kernel = ins[1][0]
+        text = str(op.attributes["dimension_numbers"]) if "dimension_numbers" in op.attributes else ""
+        m = re.search(r"x\[([^\]]*)\]", text)
+        if m:
+            labels = [p.strip() for p in m.group(1).split(",")]
+            o = labels.index("o") if "o" in labels else 0
+        else:
+            o = 0
+        per_out = math.prod(kernel) // max(1, kernel[o]) if kernel else 1
+        return 2 * out_elems * per_out
+    return out_elems

@@ -1,0 +1,141 @@
+"""What a propagated module costs, as plain data: collectives, per-op work, memory.
+
+The core extracts ``ModuleFacts`` from a module after Shardy propagation and explicit
+collective insertion (``shard_opt.analysis.extract_facts``); cost models
+(``shard_opt.costmodel``) turn facts into time. Shapes here are per device (local)
+unless named ``global_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COLLECTIVE_KINDS = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute", "all_slice",
+)
+
+DTYPE_BYTES = {
+    "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
+    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
+    "complex<f32>": 8,
+}
+
+
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 4)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective Shardy inserted.
+
+    Attributes:
+      kind: one of ``COLLECTIVE_KINDS``.
+      axes: mesh axes it runs over (for all_gather / all_slice / all_to_all, all axes it
+        gathers or slices; for collective_permute, the axes whose assignment changes).
+      global_shape: the tensor type printed on the op (global shape).
+      dtype: element type.
+      in_local_shape: per-device shape of its operand.
+      out_local_shape: per-device shape of its result.
+      bytes_per_device: bytes of the per-device input (the ``b`` of the tt-metal fits).
+      group_size: devices taking part in one group (product of the axes' sizes).
+      op_index: position of the op in the function (stable within one module).
+      loc: source location of the value it reshards, when the module has one.
+      producer: name of the op producing its operand (``stablehlo.dot_general``...).
+      reason: short human text: which sharding conflict it resolves.
+    """
+
+    kind: str
+    axes: tuple[str, ...]
+    global_shape: tuple[int, ...]
+    dtype: str
+    in_local_shape: tuple[int, ...]
+    out_local_shape: tuple[int, ...]
+    bytes_per_device: int
+    group_size: int
+    op_index: int = 0
+    loc: str = ""
+    producer: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class OpWork:
+    """Work of one compute op on one device.
+
+    Attributes:
+      name: op name (``stablehlo.dot_general``).
+      flops: floating-point operations on one device (2*M*N*K for a matmul).
+      bytes_in: bytes of its local operands.
+      bytes_out: bytes of its local results.
+      weight_bytes: the part of ``bytes_in`` that comes straight from parameters.
+      dtype: result element type.
+      op_index: position in the function.
+    """
+
+    name: str
+    flops: int
+    bytes_in: int
+    bytes_out: int
+    weight_bytes: int = 0
+    dtype: str = "f32"
+    op_index: int = 0
+
+
+@dataclass
+class ModuleFacts:
+    """Everything a cost model needs about one sharded module.
+
+    Attributes:
+      mesh_shape, mesh_axes: the mesh.
+      collectives: every collective op, in program order.
+      ops: compute work per device, in program order.
+      arg_local_bytes: per ``@main`` argument, its bytes on one device.
+      arg_kinds: per argument, ``param`` / ``buffer`` / ``input`` / ``cache``.
+      arg_global_elements: per argument, element count of the global shape.
+      peak_activation_bytes: a simple upper bound on live activations on one device
+        (the largest sum of one op's operands and results).
+    """
+
+    mesh_shape: tuple[int, ...]
+    mesh_axes: tuple[str, ...]
+    collectives: list[Collective] = field(default_factory=list)
+    ops: list[OpWork] = field(default_factory=list)
+    arg_local_bytes: list[int] = field(default_factory=list)
+    arg_kinds: list[str] = field(default_factory=list)
+    arg_global_elements: list[int] = field(default_factory=list)
+    peak_activation_bytes: int = 0
+
+    @property
+    def param_bytes_per_device(self) -> int:
+        return sum(b for b, k in zip(self.arg_local_bytes, self.arg_kinds) if k in ("param", "buffer"))
+
+    def axis_size(self, axis: str) -> int:
+        return dict(zip(self.mesh_axes, self.mesh_shape))[axis]
+
+
+@dataclass
+class Cost:
+    """A cost model's verdict on one module.
+
+    Attributes:
+      total_us: modeled time of one forward pass.
+      compute_us, ccl_us: its two parts.
+      collective_us: per collective in ``ModuleFacts.collectives`` order, its time.
+      memory_per_device_bytes: parameters + activations on one device.
+      fits: memory fits the system's DRAM.
+      score: what the search minimises (equals ``total_us`` for time models; heuristic
+        models may score differently).
+    """
+
+    total_us: float
+    compute_us: float
+    ccl_us: float
+    collective_us: list[float] = field(default_factory=list)
+    memory_per_device_bytes: int = 0
+    fits: bool = True
+    score: float | None = None
+
+    def __post_init__(self):
+        if self.score is None:
+            self.score = self.total_us
