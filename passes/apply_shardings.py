@@ -6,6 +6,11 @@ context; this pass writes them as attributes Shardy reads::
     %arg1: tensor<256x64xf32>   ->   %arg1: tensor<256x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}
 
 Options:
+  shardings: argument shardings given on the command line, for tests and quick
+    experiments: ``ARG:DIM/DIM/...`` entries joined by ``,``; a dim lists its axes
+    joined by ``+``, ``-`` is replicated. ``shardings=0:model/-,1:-/model`` is
+    ``%arg0: [{"model"}, {}]`` and ``%arg1: [{}, {"model"}]``. Added to (and
+    overriding) what the driver put in the context.
   replicate-outputs: give every result a closed, replicated sharding (the boundary
     rule of DESIGN.md: outputs are returned whole, so a split output pays its gather).
     Results named in the context's ``result_shardings`` keep that sharding instead
@@ -17,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shard_opt import ir
+from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.sharding import TensorSharding
 
@@ -26,14 +32,20 @@ class ApplyShardings(ModulePass):
     name = "apply-shardings"
     summary = "Set sdy.sharding on @main's arguments (and replicated results)"
 
+    shardings: str = ""
     replicate_outputs: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
         func = ir.main_func(module)
-        result_shardings = getattr(ctx, "result_shardings", {}) or {}
+        result_shardings = ctx.result_shardings or {}
+        wanted_args = dict(ctx.shardings)
+        wanted_args.update(parse_shardings_option(self.shardings))
         with module.context:
             ftype = func.attributes["function_type"].value
-            _set_attrs(func, "arg_attrs", len(ftype.inputs), ctx.shardings)
+            for i in wanted_args:
+                if i >= len(ftype.inputs):
+                    raise UserError(f"apply-shardings: @main has {len(ftype.inputs)} arguments, no argument {i}")
+            _set_attrs(func, "arg_attrs", len(ftype.inputs), wanted_args)
             if self.replicate_outputs:
                 wanted = {}
                 for i, t in enumerate(ftype.results):
@@ -42,6 +54,19 @@ class ApplyShardings(ModulePass):
                         continue
                     wanted[i] = result_shardings.get(i, TensorSharding.replicated(len(tt[0])))
                 _set_attrs(func, "res_attrs", len(ftype.results), wanted, keep_existing=True)
+
+
+def parse_shardings_option(text: str) -> dict[int, TensorSharding]:
+    """``0:model/-,1:-/model`` -> {0: [{"model"}, {}], 1: [{}, {"model"}]}."""
+    out = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        index, sep, dims = entry.partition(":")
+        if not sep or not index.isdigit():
+            raise UserError(f"apply-shardings: bad entry {entry!r}; write ARG:DIM/DIM, e.g. 0:model/-")
+        out[int(index)] = TensorSharding.of(
+            [[] if d == "-" else d.split("+") for d in dims.split("/")]
+        )
+    return out
 
 
 def _set_attrs(func, key: str, count: int, shardings: dict, keep_existing: bool = False) -> None:

@@ -91,6 +91,7 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
 
     shard: dict = {}  # Value -> TensorSharding
     weight_values: set = set()  # values that are parameters or layout views of them
+    origin: dict = {}  # Value -> index of the nearest upstream parameter argument
     facts = ModuleFacts(mesh.shape, mesh.axes)
     for a, s, kind in zip(args, arg_shardings(func), kinds):
         shape, dtype = ir.tensor_type(a.type) or ((), "f32")
@@ -102,6 +103,7 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         facts.arg_global_elements.append(math.prod(shape))
         if kind in ("param", "buffer"):
             weight_values.add(a)
+            origin[a] = a.arg_number
 
     def local_of(value):
         tt = ir.tensor_type(value.type)
@@ -118,13 +120,16 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         if shardings:
             for r, s in zip(op.results, shardings):
                 shard[r] = s
+        _propagate_origin(op, origin, weight_values)
         if name in LAYOUT_OPS:
             if op.operands and any(o in weight_values for o in op.operands) and name != "func.return":
                 for r in op.results:
                     weight_values.add(r)
             continue
         if name in SDY_COLLECTIVES:
-            facts.collectives.append(_collective(op, index, local_of, shard, mesh, meshes))
+            facts.collectives.append(
+                _collective(op, index, local_of, shard, mesh, meshes, origin.get(op.operands[0], -1))
+            )
             collective_ops.append(op)
             continue
         if name == "sdy.mesh" or not op.results:
@@ -144,7 +149,17 @@ def _mesh_for(s: TensorSharding, meshes: dict, default: Mesh) -> Mesh:
     return meshes.get(s.mesh_name, default)
 
 
-def _collective(op, index, local_of, shard, mesh, meshes) -> Collective:
+def _propagate_origin(op, origin: dict, weight_values: set) -> None:
+    """A result belongs to the weight it was computed from, else to its first operand's."""
+    src = next((origin[o] for o in op.operands if o in weight_values and o in origin), None)
+    if src is None:
+        src = next((origin[o] for o in op.operands if o in origin), None)
+    if src is not None:
+        for r in op.results:
+            origin[r] = src
+
+
+def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) -> Collective:
     kind = SDY_COLLECTIVES[op.operation.name]
     operand = op.operands[0]
     in_local, dtype = local_of(operand)
@@ -176,7 +191,7 @@ def _collective(op, index, local_of, shard, mesh, meshes) -> Collective:
         kind=kind, axes=tuple(axes), global_shape=tuple(gshape), dtype=dtype,
         in_local_shape=tuple(in_local), out_local_shape=tuple(out_local),
         bytes_per_device=math.prod(in_local) * dtype_bytes(dtype), group_size=group,
-        op_index=index, loc=loc, producer=producer, reason=reason,
+        op_index=index, loc=loc, producer=producer, reason=reason, origin_arg=origin_arg,
     )
 
 

@@ -43,6 +43,8 @@ class Collective:
       loc: source location of the value it reshards, when the module has one.
       producer: name of the op producing its operand (``stablehlo.dot_general``...).
       reason: short human text: which sharding conflict it resolves.
+      origin_arg: index of the parameter nearest upstream of its operand (the weight
+        of the op that produced it), -1 if none: names the component it belongs to.
     """
 
     kind: str
@@ -57,6 +59,7 @@ class Collective:
     loc: str = ""
     producer: str = ""
     reason: str = ""
+    origin_arg: int = -1
 
 
 @dataclass(frozen=True)

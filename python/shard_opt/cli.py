@@ -1,0 +1,422 @@
+"""The ``shard-opt`` command line (DESIGN.md "Command-line contract").
+
+``main(args=None)`` takes its arguments as a list so tests drive it in-process.
+Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
+path of a file that reproduces it). Output files are written only on success, each
+atomically (a temporary file renamed into place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+
+from shard_opt.errors import PassError, UserError
+
+STANDARD_MESHES = {  # references/tenstorrent.md section 1 (tt-xla skill's mesh_shapes.md)
+    1: ["1x1"], 2: ["1x2"], 4: ["1x4", "2x2"], 8: ["2x4", "1x8"], 32: ["8x4", "4x8"],
+}
+
+LONG_FLAGS = (
+    "mesh", "devices", "system", "axis-names", "plan-json", "report", "emit-torch", "emit-lit-test",
+    "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
+    "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
+    "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shard-opt",
+        description="Find the fastest sharding of a model across a mesh of Tenstorrent chips.",
+        epilog="Also: shard-opt verify-ir PLAN.json DUMP.mlir  (check a TTIR/TTNN dump against a plan)",
+    )
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="a .mlir file (StableHLO), '-' for stdin, a PyTorch load script .py, or zoo:NAME")
+    p.add_argument("--mesh", action="append", default=[], metavar="RxC",
+                   help="target mesh; repeat for one plan valid on every listed mesh")
+    p.add_argument("--devices", type=int, metavar="N", help="choose among the standard mesh shapes for N chips")
+    p.add_argument("--system", metavar="NAME", help="hardware preset (default: the Wormhole system of the mesh's size)")
+    p.add_argument("--axis-names", default="batch,model", metavar="A,B", help="mesh axis names (default batch,model)")
+    p.add_argument("-o", dest="output", metavar="OUT.mlir", help="write the annotated module here (default stdout)")
+    p.add_argument("--plan-json", metavar="PLAN.json", help="write the plan as JSON ('-' for stdout)")
+    p.add_argument("--report", metavar="REPORT.md", help="write sharding_analysis.md (with a PNG beside it)")
+    p.add_argument("--emit-torch", metavar="OUT.py", help="write the load script with mark_sharding calls")
+    p.add_argument("--emit-lit-test", metavar="OUT.mlir", help="write a lit test pinning the plan's collectives")
+    p.add_argument("--evaluate", action="store_true", help="no search: price the shardings already in the input")
+    p.add_argument("--verify-numerics", action="store_true",
+                   help="run unsharded and sharded on virtual XLA CPU devices and compare")
+    p.add_argument("--layers", type=int, metavar="N", help="keep N repeated layers of a load script or zoo model")
+    p.add_argument("--parallelism", default="tensor,sequence,data", metavar="LIST",
+                   help="families the search may use: tensor, sequence, data (default all)")
+    p.add_argument("--batch", type=int, default=1, metavar="B")
+    p.add_argument("--seq-len", type=int, default=128, metavar="S")
+    p.add_argument("--phase", choices=["prefill", "decode"], default="prefill")
+    p.add_argument("--dtype", choices=["bf16", "f32", "f16"], default="bf16", help="dtype of load scripts and zoo models")
+    p.add_argument("--cost-model", default="tenstorrent", metavar="NAME")
+    p.add_argument("--describe", action="store_true", help="print the architecture map and exit")
+    p.add_argument("--in-place", action="store_true", help="let --emit-torch overwrite the input script")
+    p.add_argument("--pass-pipeline", metavar="PIPELINE",
+                   help="run these passes on a .mlir input and print the result, e.g. "
+                        "'builtin.module(add-mesh{shape=2x4}, apply-shardings, shardy-propagate)'")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="with --pass-pipeline: run each '// -----' chunk on its own")
+    p.add_argument("--mlir-print-ir-after-all", action="store_true", help="print the IR after each pass to stderr")
+    p.add_argument("--list-passes", action="store_true")
+    p.add_argument("--list-systems", action="store_true")
+    p.add_argument("--allow-collective-permute", action="store_true",
+                   help="price collective_permute instead of rejecting it (tt-mlir issue 3370)")
+    p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    return p
+
+
+def _normalise(argv: list[str]) -> list[str]:
+    """Accept ``-flag`` as ``--flag`` (the *-opt habit)."""
+    out = []
+    for a in argv:
+        name = a[1:].split("=", 1)[0]
+        if a.startswith("-") and not a.startswith("--") and name in LONG_FLAGS:
+            a = "-" + a
+        out.append(a)
+    return out
+
+
+def main(args: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if args is None else args)
+    try:
+        if argv and argv[0] == "verify-ir":
+            return _verify_ir(argv[1:])
+        return _run(_normalise(argv))
+    except UserError as e:
+        sys.stderr.write(f"shard-opt: error: {e}\n")
+        return 1
+    except PassError as e:
+        sys.stderr.write(f"shard-opt: internal error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("shard-opt: interrupted\n")
+        return 130
+    except Exception as e:  # an internal error: keep the traceback in a file, not on screen
+        fd, path = tempfile.mkstemp(prefix="shard-opt-crash-", suffix=".txt")
+        with os.fdopen(fd, "w") as f:
+            f.write("shard-opt " + " ".join(argv) + "\n\n" + traceback.format_exc())
+        sys.stderr.write(f"shard-opt: internal error: {type(e).__name__}: {e} (details and repro: {path})\n")
+        return 2
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+
+    def fail(message):  # argparse's own errors become one UserError line
+        raise UserError(f"{message} (see shard-opt --help)")
+
+    parser.error = fail
+    return parser.parse_args(argv)
+
+
+def _run(argv: list[str]) -> int:
+    ns = _parse(argv)
+    out = sys.stdout
+    if ns.list_passes:
+        from shard_opt.pass_manager import list_passes
+
+        for name, summary in list_passes():
+            out.write(f"  {name:24s} {summary}\n")
+        return 0
+    if ns.list_systems:
+        from shard_opt import costmodel
+
+        for system in costmodel.list_systems():
+            out.write(system.describe() + "\n")
+        return 0
+    if not ns.inputs:
+        raise UserError("no INPUT given: pass a .mlir file, '-', a load script .py or zoo:NAME (see shard-opt --help)")
+
+    axes = tuple(a.strip() for a in ns.axis_names.split(",") if a.strip())
+    from shard_opt.sharding import Mesh
+
+    meshes = [Mesh.parse(m, axes) for m in ns.mesh]
+    parallelism = tuple(p.strip() for p in ns.parallelism.split(",") if p.strip())
+    from shard_opt.candidates import PARALLELISM
+
+    bad = [p for p in parallelism if p not in PARALLELISM]
+    if bad or not parallelism:
+        raise UserError(f"--parallelism {ns.parallelism!r}: use a comma list of {', '.join(PARALLELISM)}")
+    for flag in ("layers", "batch", "seq_len", "devices"):
+        v = getattr(ns, flag)
+        if v is not None and v < 1:
+            raise UserError(f"--{flag.replace('_', '-')} {v}: must be at least 1")
+    if ns.devices and meshes:
+        raise UserError("give either --mesh or --devices, not both")
+    if ns.devices and ns.devices not in STANDARD_MESHES:
+        raise UserError(f"--devices {ns.devices}: standard systems have {', '.join(map(str, STANDARD_MESHES))} chips")
+    if ns.emit_torch and not ns.in_place and len(ns.inputs) == 1 and _same_file(ns.emit_torch, ns.inputs[0]):
+        raise UserError(f"--emit-torch {ns.emit_torch} would overwrite the input script; add --in-place to allow it")
+    outputs = [p for p in (ns.output, ns.plan_json, ns.report, ns.emit_torch, ns.emit_lit_test) if p and p != "-"]
+    for path in outputs:
+        _check_writable(path)
+
+    if ns.pass_pipeline:
+        return _run_pipeline(ns, meshes)
+
+    from shard_opt import frontends
+
+    models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
+                             dtype=ns.dtype) for i in ns.inputs]
+    if ns.describe:
+        from shard_opt.frontends.describe import format_architecture
+
+        for m in models:
+            if not m.architecture:
+                raise UserError(f"{m.name}: no architecture map for a {m.source} input (--describe needs a load script or zoo model)")
+            out.write(format_architecture(m.architecture) + "\n")
+        return 0
+    from shard_opt.driver import Options, evaluate_existing, optimize
+
+    opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
+                   allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet)
+    if ns.evaluate:
+        if len(models) > 1:
+            raise UserError("--evaluate takes one INPUT")
+        outcomes = [evaluate_existing(models[0], opts)]
+        plan_json = outcomes[0].plan
+        main_text = outcomes[0].propagated_text
+    else:
+        if not meshes and not ns.devices:
+            raise UserError("no target mesh: pass --mesh RxC (e.g. --mesh 2x4) or --devices N")
+        outcomes, plan_json = _optimize_all(models, opts, ns)
+        main_text = outcomes[0].annotated_text
+
+    if ns.verify_numerics:
+        _verify_numerics(outcomes)
+
+    files: dict[str, str | bytes] = {}
+    from shard_opt.plan import dumps
+
+    if ns.plan_json:
+        files[ns.plan_json] = dumps(plan_json)
+    if ns.report:
+        from shard_opt.emit.report import render_report, write_ccl_chart
+
+        png = os.path.splitext(ns.report)[0] + "_ccl.png"
+        files[ns.report] = render_report(outcomes[0].plan, png_path=os.path.basename(png))
+        files[png] = _chart_bytes(write_ccl_chart, outcomes[0].plan)
+    if ns.emit_torch:
+        files[ns.emit_torch] = _emit_torch(outcomes[0])
+    if ns.emit_lit_test:
+        from shard_opt.emit.lit_test import emit_lit_test
+
+        run_args = " ".join(f"--mesh {m}" for m in ns.mesh) if ns.mesh else ""
+        files[ns.emit_lit_test] = emit_lit_test(outcomes[0].annotated_text, outcomes[0].plan, run_args=run_args)
+    if ns.output:
+        files[ns.output] = main_text
+    for path, data in files.items():
+        if path == "-":
+            out.write(data)
+        else:
+            _write_atomic(path, data)
+    if not ns.output and ns.plan_json != "-":
+        out.write(main_text if main_text.endswith("\n") else main_text + "\n")
+    if not ns.quiet:
+        for o in outcomes:
+            sys.stderr.write(summary_line(o.plan) + "\n")
+    return 0
+
+
+def _optimize_all(models, opts, ns):
+    """One model or a pipeline; one mesh, several (one plan for all), or --devices N."""
+    from shard_opt.driver import optimize
+    from shard_opt.sharding import Mesh
+
+    axes = tuple(a.strip() for a in ns.axis_names.split(","))
+    if ns.devices:
+        shapes = [Mesh.parse(s, axes) for s in STANDARD_MESHES[ns.devices]]
+    else:
+        shapes = [None]
+    trials = []
+    for shape in shapes:
+        o = opts if shape is None else _with_meshes(opts, [shape])
+        outs = [optimize(m, o) for m in models]
+        slowest = max(outs, key=lambda x: x.plan["cost"]["total_us"] or float("inf"))
+        trials.append((slowest.plan["cost"]["total_us"] or float("inf"), shape, outs, slowest))
+    best = min(trials, key=lambda t: t[0])
+    _, shape, outs, slowest = best
+    why = None
+    if len(trials) > 1:
+        parts = [f"{t[1].spec}: slowest model {t[0]:.1f} us" for t in trials]
+        why = (f"--devices {ns.devices}: chose {shape.spec} (best for the slowest model, "
+               f"{slowest.model.name}); " + "; ".join(parts))
+        for o in outs:
+            o.plan.setdefault("notes", []).append(why)
+    if len(outs) == 1:
+        return outs, outs[0].plan
+    mesh = outs[0].plan["mesh"]
+    plan = {"pipeline": [o.plan for o in outs], "mesh": mesh, "slowest": slowest.model.name}
+    if why:
+        plan["notes"] = [why]
+    return outs, plan
+
+
+def _with_meshes(opts, meshes):
+    import dataclasses
+
+    return dataclasses.replace(opts, meshes=meshes)
+
+
+def _run_pipeline(ns, meshes) -> int:
+    """``--pass-pipeline``: run passes on a .mlir input, like an ``*-opt`` tool."""
+    from shard_opt import frontends, ir
+    from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
+
+    if len(ns.inputs) != 1:
+        raise UserError("--pass-pipeline takes one INPUT")
+    passes = parse_pipeline(ns.pass_pipeline)
+    source = ns.inputs[0]
+    if ns.split_input_file:
+        text = _read_text(source)
+        chunks = [(c, []) for c in text.split("\n// -----")]
+    else:
+        model = frontends.load(source, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len,
+                               phase=ns.phase, dtype=ns.dtype)
+        chunks = [(model.text, model.arguments)]
+    outputs = []
+    for chunk, arguments in chunks:
+        module = ir.parse(chunk, filename=source)
+        ctx = PassContext(mesh=meshes[0] if meshes else None, arguments=arguments,
+                          system=ns.system, cost_model=ns.cost_model,
+                          print_ir_after_all=ns.mlir_print_ir_after_all)
+        PassManager(passes, ctx).run(module)
+        outputs.append(ir.print_module(module) + "\n")
+    text = "// -----\n".join(outputs)
+    if ns.output:
+        _write_atomic(ns.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _read_text(source: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        with open(source) as f:
+            return f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {source}: {e.strerror}") from None
+
+
+def _verify_numerics(outcomes) -> None:
+    from shard_opt.verify import verify_numerics
+
+    for o in outcomes:
+        n = 1
+        for s in o.plan["mesh"]["shape"]:
+            n *= s
+        res = verify_numerics(o.annotated_text, num_devices=n)
+        o.plan["numerics"] = res.as_dict() if hasattr(res, "as_dict") else dict(vars(res))
+        sys.stderr.write(f"shard-opt: numerics: {res}\n")
+        if not res.passed:
+            raise UserError(f"{o.model.name}: the sharded program does not match the unsharded one: {res}")
+
+
+def _emit_torch(outcome) -> str:
+    model = outcome.model
+    if model.source == "jax":
+        from shard_opt.emit.jax_code import emit_jax
+
+        return emit_jax(outcome.plan)
+    if not model.script_path:
+        raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
+                        f"(for .mlir the annotated module is the deliverable: use -o)")
+    from shard_opt.emit.torch_script import emit_torch
+
+    with open(model.script_path) as f:
+        return emit_torch(f.read(), outcome.plan)
+
+
+def _chart_bytes(write_chart, plan) -> bytes:
+    fd, tmp = tempfile.mkstemp(suffix=".png")
+    os.close(fd)
+    try:
+        write_chart(plan, tmp)
+        with open(tmp, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(tmp)
+
+
+def _same_file(a: str, b: str) -> bool:
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
+def _check_writable(path: str) -> None:
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise UserError(f"cannot write {path}: directory {d} does not exist")
+    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"cannot write {path}: permission denied; choose a writable path")
+
+
+def _write_atomic(path: str, data) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".shard-opt-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise UserError(f"cannot write {path}: {e.strerror}") from None
+
+
+def summary_line(plan: dict) -> str:
+    c = plan["cost"]
+    kinds: dict[str, int] = {}
+    for col in plan["collectives"]:
+        kinds[col["kind"]] = kinds.get(col["kind"], 0) + 1
+    ccls = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
+    mesh = "x".join(map(str, plan["mesh"]["shape"]))
+    line = (f"shard-opt: {plan['model']} on {mesh} ({plan['system']}): {plan['strategy']}; "
+            f"{c['total_us']} us modeled, CCLs: {ccls}")
+    base = plan.get("baselines") or {}
+    ratios = [f"{k} {b['total_us'] / c['total_us']:.2f}x" for k, b in base.items()
+              if b.get("total_us") and c.get("total_us")]
+    if ratios:
+        line += "; speed-up vs " + ", ".join(ratios)
+    s = plan.get("search") or {}
+    if s.get("candidates_evaluated", 0) > 1:
+        line += f"; {s['candidates_evaluated']} candidates in {s['seconds']:.1f} s"
+    return line
+
+
+def _verify_ir(argv: list[str]) -> int:
+    if len(argv) != 2:
+        raise UserError("usage: shard-opt verify-ir PLAN.json DUMP.mlir")
+    import json
+
+    from shard_opt.emit.verify_ir import format_result, verify_ir
+
+    plan_path, dump_path = argv
+    try:
+        with open(plan_path) as f:
+            plan = json.load(f)
+    except OSError as e:
+        raise UserError(f"cannot read {plan_path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{plan_path}: not valid JSON (line {e.lineno}): is it a --plan-json output?") from None
+    try:
+        with open(dump_path) as f:
+            dump = f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {dump_path}: {e.strerror}") from None
+    result = verify_ir(plan, dump)
+    sys.stdout.write(format_result(result) + "\n")
+    return 0 if getattr(result, "ok", getattr(result, "match", False)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""From a lowered model to a plan: search (or evaluate), baselines, memory fallback.
+
+``optimize`` is the main job; ``evaluate_existing`` prices the shardings already in an
+annotated module (``--evaluate``). Both return an ``Outcome`` with the plan JSON and the
+module texts the emitters need.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from shard_opt import analysis, costmodel, ir
+from shard_opt.baselines import autoshard_groups, megatron_shardings
+from shard_opt.candidates import PARALLELISM, describe_sharding, make_groups
+from shard_opt.errors import UserError
+from shard_opt.evaluate import Evaluator, Score
+from shard_opt.lowered import LoweredModel
+from shard_opt.pass_manager import PassContext, PassManager
+from shard_opt.passes.add_mesh import AddMesh
+from shard_opt.passes.apply_shardings import ApplyShardings
+from shard_opt.plan import build_plan, score_dict
+from shard_opt.search import (
+    Progress, assignment_of, conv_weight_indices, final_evaluation, make_scorer, search,
+)
+from shard_opt.sharding import Mesh, TensorSharding
+
+
+@dataclass
+class Options:
+    meshes: list[Mesh] = field(default_factory=list)
+    system: str | None = None
+    cost_model: str = "tenstorrent"
+    parallelism: tuple[str, ...] = PARALLELISM
+    allow_collective_permute: bool = False
+    progress: bool = True
+    baselines: bool = True
+    stream: object = None
+
+
+@dataclass
+class Outcome:
+    plan: dict
+    annotated_text: str  # input module + sdy.mesh + the plan's argument shardings
+    propagated_text: str  # after Shardy, with explicit collectives and accounting attrs
+    model: LoweredModel
+
+
+def resolve_system(mesh: Mesh, name: str | None):
+    system_name = name or costmodel.default_system_for_mesh(mesh.shape)
+    system = costmodel.get_system(system_name)
+    meshes = [tuple(m) for m in getattr(system, "meshes", ())]
+    if meshes and tuple(mesh.shape) not in meshes:
+        shapes = ", ".join("x".join(map(str, m)) for m in meshes)
+        raise UserError(f"--system {system_name} has meshes {shapes}, not {mesh.spec}; "
+                        f"pick a listed shape or another system (shard-opt --list-systems)")
+    return system_name, system
+
+
+def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding]) -> str:
+    module = ir.parse(model.text, filename=model.name)
+    ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments)
+    PassManager([AddMesh(), ApplyShardings(replicate_outputs=False)], ctx).run(module)
+    return ir.print_module(module)
+
+
+def optimize(model: LoweredModel, opts: Options) -> Outcome:
+    meshes = opts.meshes
+    mesh = meshes[0]
+    for m in meshes:
+        m.check_supported()
+    system_name, system = resolve_system(mesh, opts.system)
+    cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
+    stream = opts.stream or sys.stderr
+    progress = Progress(model.name, stream, enabled=opts.progress)
+    t0 = time.monotonic()
+    scorer = make_scorer(model, mesh, system, cm)
+
+    all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
+    mega = megatron_shardings(model, mesh)
+    groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model))
+    seeds = [assignment_of(groups, mega)]
+    result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
+                    scorer=scorer, progress=progress, seeds=seeds)
+    seconds = time.monotonic() - t0
+
+    groups, assignment, score = result.groups, result.assignment, result.score
+    fallback = None
+    if not score.fits:
+        fitting = [(s.key(), a) for a, s in result.scored.items() if s.fits]
+        if not fitting:
+            need = min(s.memory_bytes for s in result.scored.values())
+            raise UserError(
+                f"{model.name} does not fit on {system_name} ({mesh.spec}) under any plan evaluated: "
+                f"the smallest needs {need / 2**30:.1f} GiB per device; use more devices or a "
+                f"system with more DRAM (--devices, --system)"
+            )
+        _, alt = min(fitting)
+        alt_score = result.scored[alt]
+        fallback = (
+            f"the fastest plan ({score.total_us:.1f} us) needs {score.memory_bytes / 2**30:.2f} GiB per "
+            f"device, more than {system_name}'s DRAM allows; took the fastest plan that fits "
+            f"({alt_score.total_us:.1f} us, {100 * (alt_score.total_us / score.total_us - 1):+.1f}% time)"
+        )
+        stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
+        assignment, score = alt, alt_score
+
+    baselines = {}
+    if opts.baselines:
+        baselines = _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts)
+
+    final = final_evaluation(model, mesh, system, cm, groups, assignment)
+    group_info = _group_info(groups, assignment, result)
+    rejected = [
+        {"label": label, **score_dict(s), "arguments_changed": changed}
+        for label, s, changed in sorted(result.neighbours, key=lambda n: n[1].key())
+    ]
+    plan = build_plan(
+        model, mesh, meshes, system_name, opts.cost_model, list(opts.parallelism), final,
+        groups=group_info, baselines=baselines,
+        search={"candidates_evaluated": result.candidates_evaluated, "seconds": round(seconds, 3),
+                "exhaustive": result.exhaustive, "space_size": _space(groups), "rejected": rejected},
+        memory_fallback=fallback, scored=score,
+    )
+    annotated = annotate(model, mesh, final.shardings)
+    return Outcome(plan, annotated, final.text, model)
+
+
+def _space(groups) -> int:
+    n = 1
+    for g in groups:
+        n *= len(g.options)
+    return n
+
+
+def _group_info(groups, assignment, result) -> list[dict]:
+    info = []
+    for gi, (g, choice) in enumerate(zip(groups, assignment)):
+        alts = [(s.key(), s, o) for o in range(len(g.options)) if o != choice
+                for s in [result.scored.get(assignment[:gi] + (o,) + assignment[gi + 1:])] if s]
+        why = f"{describe_sharding(g.options[choice])}"
+        if alts:
+            _, s, o = min(alts)
+            d = s.total_us - result.score.total_us
+            why += (f"; best alternative ({describe_sharding(g.options[o])}) is {d:+.1f} us "
+                    f"with {s.ccl_count} CCLs vs {result.score.ccl_count}")
+        info.append({"role": g.role, "members": list(g.members), "shape": list(g.shape), "kind": g.kind,
+                     "sharding": g.options[choice].axis_names(), "why": why})
+    return info
+
+
+def _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts) -> dict:
+    out = {}
+    zero = tuple(0 for _ in all_groups)
+    out["replicated"] = score_dict(scorer.score(all_groups, zero))
+    out["megatron"] = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
+    out["megatron"]["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
+    # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
+    heuristic = costmodel.get_cost_model("autoshard-heuristic")
+    h_scorer = make_scorer(model, mesh, system, heuristic)
+    ag = autoshard_groups(model, mesh)
+    res = search(model, meshes, system, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
+                 groups=ag, exhaustive_limit=1500)
+    out["autoshard-heuristic"] = score_dict(scorer.score(ag, res.assignment))
+    out["autoshard-heuristic"]["candidates_evaluated"] = res.candidates_evaluated
+    return out
+
+
+def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
+    """Price the shardings already on the input's arguments (``--evaluate``)."""
+    module = ir.parse(model.text, filename=model.name)
+    meshes = analysis.meshes_of(module)
+    if opts.meshes:
+        mesh = opts.meshes[0]
+        if meshes and mesh.name in meshes and meshes[mesh.name].shape != mesh.shape:
+            found = meshes[mesh.name]
+            raise UserError(f"{model.name}: the module's @{mesh.name} is {found.spec} but --mesh says {mesh.spec}")
+    elif meshes:
+        mesh = next(iter(meshes.values()))
+    else:
+        raise UserError(f"{model.name}: --evaluate needs a mesh: the module has no sdy.mesh; pass --mesh RxC")
+    system_name, system = resolve_system(mesh, opts.system)
+    cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
+    existing = analysis.arg_shardings(ir.main_func(module))
+    shardings = {i: s for i, s in enumerate(existing) if s is not None}
+    ev = Evaluator(model, mesh, system, cm)
+    final = ev.run(shardings, keep_ir=True)
+    plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
+    return Outcome(plan, annotate(model, mesh, shardings), final.text, model)

@@ -1,0 +1,154 @@
+"""Price one candidate: apply its shardings, run real Shardy, read and price the collectives.
+
+``Evaluator`` holds one lowered model on one mesh and memoizes candidates, so a search
+revisiting a candidate pays nothing. ``LayeredEvaluator`` prices a deep model from
+short copies of it: with ``c1`` and ``c2`` the costs of the 1- and 2-layer models,
+an ``L``-layer model costs ``c1 + (L - 1) * (c2 - c1)`` — exact when the repeated
+layers are identical, which ``tests/test_search.py`` checks against a whole-model
+evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shard_opt import ir
+from shard_opt.candidates import Group
+from shard_opt.facts import Cost, ModuleFacts
+from shard_opt.lowered import LoweredModel
+from shard_opt.pass_manager import PassContext, PassManager
+from shard_opt.passes.add_mesh import AddMesh
+from shard_opt.passes.apply_shardings import ApplyShardings
+from shard_opt.passes.collect_collectives import CollectCollectives
+from shard_opt.passes.shardy_propagate import ShardyPropagate
+from shard_opt.sharding import Mesh, TensorSharding
+
+
+@dataclass(frozen=True)
+class Score:
+    """The numbers a search compares (additive, so they extrapolate over layers)."""
+
+    score: float
+    total_us: float
+    compute_us: float
+    ccl_us: float
+    ccl_count: int
+    ccl_bytes: int
+    memory_bytes: int
+    fits: bool
+
+    @staticmethod
+    def of(cost: Cost, facts: ModuleFacts) -> "Score":
+        return Score(
+            cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
+            sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits,
+        )
+
+    def key(self) -> tuple:
+        """Sort key: score, then fewer collectives, then fewer bytes (deterministic)."""
+        return (round(self.score, 6), self.ccl_count, self.ccl_bytes)
+
+
+@dataclass
+class Evaluation:
+    """A fully evaluated candidate on one module."""
+
+    shardings: dict[int, TensorSharding]
+    cost: Cost
+    facts: ModuleFacts
+    text: str | None = None  # the propagated module with explicit collectives
+    score: Score = field(init=False)
+
+    def __post_init__(self):
+        self.score = Score.of(self.cost, self.facts)
+
+
+def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
+    """Group key -> argument indices of ``model`` (by role and by shape; see ``Group.key``)."""
+    out: dict[tuple, list[int]] = {}
+    for a in model.arguments:
+        out.setdefault((a.role, a.shape, a.kind), []).append(a.index)
+        out.setdefault(("shape", a.shape), []).append(a.index)
+    return out
+
+
+def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[int, ...]) -> dict:
+    """Argument index -> sharding for every argument of ``model`` (replicated if not chosen)."""
+    members = group_members(model)
+    out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments}
+    for g, choice in zip(groups, assignment):
+        for idx in members.get(g.key(), ()):
+            out[idx] = g.options[choice]
+    return out
+
+
+def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
+    """What a candidate is: the (group, chosen sharding) pairs that are not replicated."""
+    return tuple(sorted((g.key(), g.options[o].body()) for g, o in zip(groups, assignment)
+                        if not g.options[o].is_replicated))
+
+
+class Evaluator:
+    """Evaluates candidates of one model on one mesh, with a memo."""
+
+    def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
+                 result_shardings: dict | None = None):
+        self.model = model
+        self.mesh = mesh
+        self.system = system
+        self.cost_model = cost_model
+        self.result_shardings = result_shardings or {}
+        self.memo: dict[tuple, Score] = {}
+        self.evaluations = 0
+        ir.parse(model.text, filename=model.name)  # fail early, with the file name
+
+    def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
+        module = ir.parse(self.model.text, filename=self.model.name)
+        ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
+                          result_shardings=self.result_shardings)
+        passes = [AddMesh(), ApplyShardings(), ShardyPropagate(), CollectCollectives(annotate=keep_ir)]
+        PassManager(passes, ctx).run(module)
+        cost = self.cost_model.price(ctx.facts, self.system)
+        self.evaluations += 1
+        return Evaluation(shardings, cost, ctx.facts, ir.print_module(module) if keep_ir else None)
+
+    def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
+        key = memo_key(groups, assignment)
+        if key not in self.memo:
+            self.memo[key] = self.run(shardings_for(self.model, groups, assignment)).score
+        return self.memo[key]
+
+
+class LayeredEvaluator:
+    """Scores an L-layer model from its 1- and 2-layer versions."""
+
+    def __init__(self, short1: Evaluator, short2: Evaluator, num_layers: int):
+        self.e1, self.e2, self.layers = short1, short2, num_layers
+        self.memo: dict[tuple, Score] = {}
+
+    @property
+    def evaluations(self) -> int:
+        return self.e1.evaluations + self.e2.evaluations
+
+    def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
+        key = memo_key(groups, assignment)
+        if key not in self.memo:
+            s1 = self.e1.score(groups, assignment)
+            s2 = self.e2.score(groups, assignment)
+            self.memo[key] = extrapolate(s1, s2, self.layers, self.e2.system)
+        return self.memo[key]
+
+
+def extrapolate(s1: Score, s2: Score, layers: int, system) -> Score:
+    k = layers - 1
+
+    def lin(a, b):
+        return a + k * (b - a)
+
+    memory = int(lin(s1.memory_bytes, s2.memory_bytes))
+    usable = getattr(system, "usable_dram_bytes", None) or 0.9 * system.dram_bytes
+    return Score(
+        lin(s1.score, s2.score), lin(s1.total_us, s2.total_us), lin(s1.compute_us, s2.compute_us),
+        lin(s1.ccl_us, s2.ccl_us), int(round(lin(s1.ccl_count, s2.ccl_count))),
+        int(round(lin(s1.ccl_bytes, s2.ccl_bytes))), memory, memory <= usable,
+    )

@@ -1,0 +1,120 @@
+"""The plan JSON (DESIGN.md "Plan JSON"): every figure computed, none typed in."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from shard_opt.evaluate import Evaluation, Score
+from shard_opt.lowered import LoweredModel
+from shard_opt.sharding import Mesh, TensorSharding
+
+
+def _r(x: float) -> float:
+    if x is None or (isinstance(x, float) and math.isinf(x)):
+        return None
+    return round(float(x), 3)
+
+
+def cost_dict(ev: Evaluation) -> dict:
+    s = ev.score
+    return {
+        "total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
+        "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
+        "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits),
+    }
+
+
+def score_dict(s: Score) -> dict:
+    return {"total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
+            "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
+            "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits)}
+
+
+def component_of(name: str) -> str:
+    """``model.layers.0.mlp.up_proj.weight`` -> ``model.layers.0.mlp.up_proj``."""
+    parts = name.split(".")
+    return ".".join(parts[:-1]) if len(parts) > 1 else name
+
+
+def strategy_text(model: LoweredModel, shardings: dict[int, TensorSharding]) -> str:
+    """Name the parallelism families a plan uses, from which arguments it splits."""
+    fams: dict[str, set[str]] = {}
+    for a in model.arguments:
+        s = shardings.get(a.index)
+        if s is None or s.is_replicated:
+            continue
+        for d, axes in enumerate(s.dims):
+            for ax in axes:
+                if a.kind in ("param", "buffer"):
+                    fams.setdefault("tensor", set()).add(ax.name)
+                elif d == 0:
+                    fams.setdefault("data", set()).add(ax.name)
+                elif a.kind == "input" and d == 1:
+                    fams.setdefault("sequence", set()).add(ax.name)
+                else:
+                    fams.setdefault("tensor", set()).add(ax.name)
+    if not fams:
+        return "replicated (no split pays for its collectives)"
+    return "; ".join(f"{f} parallel on {'+'.join(sorted(ax))}" for f, ax in sorted(fams.items()))
+
+
+def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name: str,
+               cost_model_name: str, parallelism: list[str], final: Evaluation, *,
+               groups: list[dict] | None = None, baselines: dict | None = None,
+               search: dict | None = None, memory_fallback: str | None = None,
+               scored: Score | None = None, notes: list[str] | None = None) -> dict:
+    args = {a.index: a for a in model.arguments}
+    arguments = []
+    for a in model.arguments:
+        s = final.shardings.get(a.index) or TensorSharding.replicated(len(a.shape))
+        arguments.append({"index": a.index, "name": a.name, "kind": a.kind, "shape": list(a.shape),
+                          "dtype": a.dtype, "sharding": s.axis_names()})
+    collectives = []
+    times = final.cost.collective_us or [None] * len(final.facts.collectives)
+    for c, t in zip(final.facts.collectives, times):
+        origin = args.get(c.origin_arg)
+        collectives.append({
+            "kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
+            "bytes_per_device": c.bytes_per_device, "group_size": c.group_size,
+            "component": component_of(origin.name) if origin else "(model inputs)",
+            "layer": origin.layer if origin else None,
+            "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
+            "reason": c.reason,
+        })
+    plan = {
+        "model": model.name,
+        "source": model.source,
+        "mesh": {"shape": list(mesh.shape), "axes": list(mesh.axes)},
+        "system": system_name,
+        "cost_model": cost_model_name,
+        "parallelism": list(parallelism),
+        "strategy": strategy_text(model, final.shardings),
+        "arguments": arguments,
+        "inputs": [a.name for a in model.arguments if a.kind in ("input", "cache")],
+        "groups": groups or [],
+        "collectives": collectives,
+        "cost": cost_dict(final),
+        "baselines": baselines or {},
+        "search": search or {"candidates_evaluated": 1, "seconds": 0.0, "exhaustive": True},
+        "memory_fallback": memory_fallback is not None,
+        "memory_fallback_reason": memory_fallback,
+    }
+    if len(meshes) > 1:
+        plan["meshes"] = [{"shape": list(m.shape), "axes": list(m.axes)} for m in meshes]
+    for key in ("phase", "batch", "seq_len", "dtype"):
+        if key in model.meta:
+            plan[key] = model.meta[key]
+    if model.num_layers:
+        plan["num_layers"] = model.num_layers
+    if model.architecture:
+        plan["architecture"] = model.architecture
+    if scored is not None:
+        plan["search"]["scored_cost"] = score_dict(scored)
+    if notes:
+        plan["notes"] = list(notes)
+    return plan
+
+
+def dumps(plan: dict) -> str:
+    return json.dumps(plan, indent=2, sort_keys=False) + "\n"

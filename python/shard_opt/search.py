@@ -1,0 +1,162 @@
+"""The search driver: find the cheapest assignment of options to argument groups.
+
+1. Groups and options come from ``shard_opt.candidates``.
+2. Small spaces are enumerated exhaustively. Larger ones run a deterministic local
+   search: start from seeds (replicated, the Megatron baseline, the best single-group
+   moves), then repeatedly try every option of every group and keep the best move,
+   until no move improves. Every candidate is priced by real Shardy propagation
+   (``shard_opt.evaluate``), memoized.
+3. Deep models are scored from their 1- and 2-layer versions (``LayeredEvaluator``);
+   the winner is then evaluated once on the whole model for the plan's figures.
+
+Ties break on fewer collectives, then fewer bytes, then the earlier option, so the same
+input always gives the same plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+from shard_opt.candidates import Group, describe_sharding, make_groups
+from shard_opt.evaluate import Evaluation, Evaluator, LayeredEvaluator, Score, shardings_for
+from shard_opt.lowered import LoweredModel
+from shard_opt.sharding import Mesh, TensorSharding
+
+EXHAUSTIVE_LIMIT = 1500
+
+
+@dataclass
+class Progress:
+    """Prints a status line on stderr when a search runs longer than a second."""
+
+    label: str
+    stream: object = None
+    enabled: bool = True
+    start: float = field(default_factory=time.monotonic)
+    last: float = 0.0
+
+    def update(self, done: int, total: int | None, best: Score | None) -> None:
+        now = time.monotonic()
+        if not self.enabled or now - self.start < 1.0 or now - self.last < 1.0:
+            return
+        self.last = now
+        of = f"/{total}" if total else ""
+        b = f", best {best.total_us:.1f} us, {best.ccl_count} CCLs" if best else ""
+        (self.stream or sys.stderr).write(
+            f"shard-opt: {self.label}: {done}{of} candidates ({now - self.start:.1f} s){b}\n"
+        )
+
+
+@dataclass
+class SearchResult:
+    groups: list[Group]
+    assignment: tuple[int, ...]
+    score: Score
+    candidates_evaluated: int
+    seconds: float
+    exhaustive: bool
+    neighbours: list[tuple[str, Score, dict]]  # rejected one-group alternatives
+    scored: dict[tuple, Score]
+
+
+def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
+           parallelism: set[str], groups: list[Group] | None = None, scorer=None, seeds: list[tuple[int, ...]] = (), progress: Progress | None = None,
+           rich: bool = True, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
+    """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``)."""
+    t0 = time.monotonic()
+    conv = conv_weight_indices(model)
+    if groups is None:
+        groups = make_groups(model.arguments, meshes, parallelism, rich=rich, conv_weights=conv)
+    scorer = scorer or make_scorer(model, meshes[0], system, cost_model)
+    progress = progress or Progress(model.name, enabled=False)
+    sizes = [len(g.options) for g in groups]
+    space = math.prod(sizes)
+    scored: dict[tuple, Score] = {}
+
+    def score(a: tuple[int, ...]) -> Score:
+        if a not in scored:
+            scored[a] = scorer.score(groups, a)
+        return scored[a]
+
+    def better(a, b) -> bool:
+        return (score(a).key(), a) < (score(b).key(), b)
+
+    exhaustive = space <= exhaustive_limit
+    if exhaustive:
+        best = None
+        for i, a in enumerate(itertools.product(*[range(n) for n in sizes])):
+            if best is None or better(a, best):
+                best = a
+            progress.update(i + 1, space, score(best))
+    else:
+        start = [tuple(0 for _ in groups)] + [s for s in seeds if len(s) == len(groups)]
+        best = min(start, key=lambda a: (score(a).key(), a))
+        best = _local_search(best, groups, score, better, progress)
+    neighbours = []
+    for gi, g in enumerate(groups):
+        for o in range(len(g.options)):
+            if o == best[gi]:
+                continue
+            alt = best[:gi] + (o,) + best[gi + 1:]
+            if alt in scored:
+                label = f"{g.role}: {describe_sharding(g.options[o])}"
+                neighbours.append((label, scored[alt], {g.role: g.options[o].axis_names()}))
+    return SearchResult(groups, best, score(best), len(scored), time.monotonic() - t0, exhaustive,
+                        neighbours, scored)
+
+
+def _local_search(best, groups, score, better, progress, max_rounds: int = 20):
+    for _ in range(max_rounds):
+        improved = False
+        for gi, g in enumerate(groups):
+            for o in range(len(g.options)):
+                cand = best[:gi] + (o,) + best[gi + 1:]
+                if cand != best and better(cand, best):
+                    best, improved = cand, True
+                progress.update(0, None, score(best))
+        if not improved:
+            break
+    return best
+
+
+def make_scorer(model: LoweredModel, mesh: Mesh, system, cost_model):
+    """An evaluator for ``model``: layered (1 + 2 layers) when the model can re-lower."""
+    layers = model.num_layers or 0
+    if model.with_layers is not None and layers > 2:
+        return LayeredEvaluator(
+            Evaluator(model.with_layers(1), mesh, system, cost_model),
+            Evaluator(model.with_layers(2), mesh, system, cost_model),
+            layers,
+        )
+    return Evaluator(model, mesh, system, cost_model)
+
+
+def conv_weight_indices(model: LoweredModel) -> set[int]:
+    return {a.index for a in model.arguments
+            if a.kind == "param" and len(a.shape) >= 3 and (a.module_class or "").lower().startswith("conv")}
+
+
+def assignment_of(groups: list[Group], shardings: dict[int, TensorSharding]) -> tuple[int, ...]:
+    """The assignment closest to per-argument ``shardings`` (first member decides)."""
+    out = []
+    for g in groups:
+        want = shardings.get(g.members[0])
+        choice = 0
+        if want is not None:
+            for i, o in enumerate(g.options):
+                if o.axis_names() == want.axis_names():
+                    choice = i
+                    break
+        out.append(choice)
+    return tuple(out)
+
+
+def final_evaluation(model: LoweredModel, mesh: Mesh, system, cost_model,
+                     groups: list[Group], assignment: tuple[int, ...]) -> Evaluation:
+    """Evaluate the chosen plan on the whole model, keeping the propagated IR."""
+    ev = Evaluator(model, mesh, system, cost_model)
+    return ev.run(shardings_for(model, groups, assignment), keep_ir=True)

@@ -1,0 +1,28 @@
+"""Shared pytest set-up.
+
+XLA's CPU backend reads XLA_FLAGS once, when jax first initialises: give every test
+process 8 virtual devices (numeric cross-checks need as many as the mesh has).
+"""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("PYTHONHASHSEED", "0")
+
+import pytest  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``shard-opt`` in-process: returns (exit code, stdout, stderr)."""
+    from shard_opt.cli import main
+
+    def run(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
