@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shard_opt import ir
+from shard_opt.analysis import arg_shardings
 from shard_opt.candidates import Group
 from shard_opt.facts import Cost, ModuleFacts
 from shard_opt.lowered import LoweredModel
@@ -119,6 +120,35 @@ class Evaluator:
         return self.memo[key]
 
 
+    def probe(self, groups: list[Group], gi: int, option: int) -> dict[int, int]:
+        """Which other groups follow when group ``gi`` takes ``option``.
+
+        Only that group is annotated; every other argument is left open, Shardy
+        propagates, and each group whose first argument came out with exactly one of
+        its options is reported with that option. This is how Megatron pairs (and
+        q/k/v -> o chains) are found from the model instead of from a template.
+        """
+        members = group_members(self.model)
+        shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
+        module = ir.parse(self.model.text, filename=self.model.name)
+        ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments)
+        PassManager([AddMesh(), ApplyShardings(), ShardyPropagate(explicit_collectives=False)], ctx).run(module)
+        found = arg_shardings(ir.main_func(module))
+        follows = {}
+        for gj, g in enumerate(groups):
+            idx = members.get(g.key(), ())
+            if gj == gi or not idx or found[idx[0]] is None or found[idx[0]].is_replicated:
+                continue
+            if any(a.size is not None for d in found[idx[0]].dims for a in d):
+                continue  # a sub-axis: not one of the options
+            names = found[idx[0]].axis_names()
+            for oj, opt in enumerate(g.options):
+                if opt.axis_names() == names:
+                    follows[gj] = oj
+                    break
+        return follows
+
+
 class LayeredEvaluator:
     """Scores an L-layer model from its 1- and 2-layer versions."""
 
@@ -129,6 +159,9 @@ class LayeredEvaluator:
     @property
     def evaluations(self) -> int:
         return self.e1.evaluations + self.e2.evaluations
+
+    def probe(self, groups: list[Group], gi: int, option: int) -> dict[int, int]:
+        return self.e1.probe(groups, gi, option)
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
         key = memo_key(groups, assignment)

@@ -64,8 +64,8 @@ class SearchResult:
 
 
 def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
-           parallelism: set[str], groups: list[Group] | None = None, scorer=None, seeds: list[tuple[int, ...]] = (), progress: Progress | None = None,
-           rich: bool = True, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
+           parallelism: set[str], groups: list[Group] | None = None, scorer=None,
+           seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
     """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``)."""
     t0 = time.monotonic()
     conv = conv_weight_indices(model)
@@ -93,9 +93,10 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
                 best = a
             progress.update(i + 1, space, score(best))
     else:
+        moves = _moves(groups, scorer)
         start = [tuple(0 for _ in groups)] + [s for s in seeds if len(s) == len(groups)]
         best = min(start, key=lambda a: (score(a).key(), a))
-        best = _local_search(best, groups, score, better, progress)
+        best = _local_search(best, moves, score, better, lambda b: progress.update(len(scored), None, score(b)))
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -109,15 +110,37 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
                         neighbours, scored)
 
 
-def _local_search(best, groups, score, better, progress, max_rounds: int = 20):
+def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
+    """Single-group moves, plus compound moves found by probe propagation.
+
+    For every (group, option), Shardy tells which other groups follow it; the compound
+    move sets them all at once, so a pair that only pays off together (a column-parallel
+    weight and its row-parallel partner) is one step, not two uphill ones.
+    """
+    moves = []
+    seen = set()
+    for gi, g in enumerate(groups):
+        for o in range(len(g.options)):
+            for move in ({gi: o}, {gi: o, **(scorer.probe(groups, gi, o) if o else {})}):
+                key = tuple(sorted(move.items()))
+                if key not in seen:
+                    seen.add(key)
+                    moves.append(move)
+    return moves
+
+
+def _local_search(best, moves, score, better, tick, max_rounds: int = 20):
+    """Steepest-descent over ``moves`` until no move improves (deterministic order)."""
     for _ in range(max_rounds):
         improved = False
-        for gi, g in enumerate(groups):
-            for o in range(len(g.options)):
-                cand = best[:gi] + (o,) + best[gi + 1:]
-                if cand != best and better(cand, best):
-                    best, improved = cand, True
-                progress.update(0, None, score(best))
+        for move in moves:
+            cand = list(best)
+            for gi, o in move.items():
+                cand[gi] = o
+            cand = tuple(cand)
+            if cand != best and better(cand, best):
+                best, improved = cand, True
+            tick(best)
         if not improved:
             break
     return best

@@ -1,0 +1,132 @@
+"""Plan quality and search speed, measured side by side in one run.
+
+For each model, mesh and phase: search seconds, candidates evaluated, peak RSS, and the
+plan's modeled time as a ratio to each baseline (replicated, megatron,
+autoshard-heuristic), to the ideal bound (single-chip time / devices, no collectives)
+and, where the space is small, to the exhaustive optimum.
+
+    python benchmarks/bench_search.py                      # the default matrix (slow: full-size models)
+    python benchmarks/bench_search.py --models mlp,transformer-block --meshes 2x4
+    python benchmarks/bench_search.py --models llama-3-8b --meshes 2x4 --phases decode
+
+Each configuration runs in its own process (``shard-opt ... --plan-json``) so its peak
+RSS is its own. Ratios < 1 mean the plan is modeled faster than the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+DEFAULT_MODELS = ["mlp", "transformer-block", "llama-3.2-1b", "llama-3-8b", "qwen2.5-7b", "gpt2-xl",
+                  "bert-large", "vit-large", "mixtral-8x7b", "llama-3-70b"]
+DEFAULT_MESHES = ["1x2", "2x4", "1x8", "8x4"]
+
+
+def run_one(model: str, mesh: str, phase: str, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        plan_path = os.path.join(d, "plan.json")
+        cmd = [sys.executable, "-m", "shard_opt.cli", f"zoo:{model}", "--mesh", mesh, "--phase", phase,
+               "--plan-json", plan_path, "--quiet", "-o", os.devnull, *extra]
+        t0 = time.monotonic()
+        rss_kb, code, err = run_measured(cmd)
+        wall = time.monotonic() - t0
+        if code != 0:
+            return {"model": model, "mesh": mesh, "phase": phase, "error": err.strip().splitlines()[-1:]}
+        with open(plan_path) as f:
+            plan = json.load(f)
+    return {"model": model, "mesh": mesh, "phase": phase, "plan": plan, "wall_s": wall,
+            "peak_rss_mb": rss_kb / 1024}
+
+
+def run_measured(cmd: list[str]) -> tuple[int, int, str]:
+    """Run ``cmd``; return (its own peak RSS in KiB, exit code, stderr) via wait4."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        return usage.ru_maxrss, proc.returncode, err.read()
+
+
+def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float | None:
+    """The brute-force optimum over the same space, when it has at most ``limit`` candidates."""
+    from shard_opt import costmodel, frontends
+    from shard_opt.candidates import PARALLELISM, make_groups
+    from shard_opt.search import make_scorer, search
+    from shard_opt.sharding import Mesh
+
+    lowered = frontends.load(f"zoo:{model}", phase=phase)
+    m = Mesh.parse(mesh)
+    groups = make_groups(lowered.arguments, [m], set(PARALLELISM))
+    size = 1
+    for g in groups:
+        size *= len(g.options)
+    if size > limit:
+        return None
+    system = costmodel.get_system(costmodel.default_system_for_mesh(m.shape))
+    cm = costmodel.get_cost_model("tenstorrent")
+    res = search(lowered, [m], system, cm, parallelism=set(PARALLELISM), groups=groups,
+                 scorer=make_scorer(lowered, m, system, cm), exhaustive_limit=limit)
+    return res.score.total_us
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    p.add_argument("--meshes", default=",".join(DEFAULT_MESHES))
+    p.add_argument("--phases", default="prefill,decode")
+    p.add_argument("--exhaustive-limit", type=int, default=5000,
+                   help="compute the exhaustive optimum for spaces up to this many candidates")
+    p.add_argument("--json", help="also write the rows as JSON here")
+    ns = p.parse_args(argv)
+    rows = []
+    header = (f"{'model':20s} {'mesh':5s} {'phase':7s} {'search s':>8s} {'cands':>6s} {'RSS MB':>7s} "
+              f"{'plan us':>10s} {'/repl':>6s} {'/mega':>6s} {'/auto':>6s} {'/ideal':>7s} {'/opt':>6s}  strategy")
+    print(header)
+    print("-" * len(header))
+    for model in ns.models.split(","):
+        for mesh in ns.meshes.split(","):
+            for phase in ns.phases.split(","):
+                r = run_one(model, mesh, phase, [])
+                if "error" in r:
+                    print(f"{model:20s} {mesh:5s} {phase:7s} ERROR {r['error']}")
+                    rows.append(r)
+                    continue
+                plan = r["plan"]
+                t = plan["cost"]["total_us"]
+                b = plan["baselines"]
+                n = 1
+                for s in plan["mesh"]["shape"]:
+                    n *= s
+                ideal = b["replicated"]["compute_us"] / n
+                opt = None
+                if plan["search"].get("exhaustive") is False or plan["search"].get("space_size", 0) <= ns.exhaustive_limit:
+                    opt = exhaustive_optimum(model, mesh, phase, ns.exhaustive_limit)
+                rr = {
+                    "model": model, "mesh": mesh, "phase": phase, "search_s": plan["search"]["seconds"],
+                    "candidates": plan["search"]["candidates_evaluated"], "peak_rss_mb": r["peak_rss_mb"],
+                    "plan_us": t, "vs_replicated": t / b["replicated"]["total_us"],
+                    "vs_megatron": t / b["megatron"]["total_us"], "vs_autoshard": t / b["autoshard-heuristic"]["total_us"],
+                    "vs_ideal": t / ideal if ideal else None, "vs_optimum": (t / opt) if opt else None,
+                    "strategy": plan["strategy"], "wall_s": r["wall_s"],
+                }
+                rows.append(rr)
+                rss = f"{rr['peak_rss_mb']:7.0f}" if rr["peak_rss_mb"] else "      ?"
+                o = f"{rr['vs_optimum']:6.3f}" if rr["vs_optimum"] else "     -"
+                print(f"{model:20s} {mesh:5s} {phase:7s} {rr['search_s']:8.2f} {rr['candidates']:6d} {rss} "
+                      f"{t:10.1f} {rr['vs_replicated']:6.3f} {rr['vs_megatron']:6.3f} {rr['vs_autoshard']:6.3f} "
+                      f"{rr['vs_ideal']:7.2f} {o}  {plan['strategy']}", flush=True)
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
