@@ -101,6 +101,7 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         facts.arg_local_bytes.append(math.prod(local) * dtype_bytes(dtype))
         facts.arg_kinds.append(kind)
         facts.arg_global_elements.append(math.prod(shape))
+        facts.arg_local_elements.append(math.prod(local))
         if kind in ("param", "buffer"):
             weight_values.add(a)
             origin[a] = a.arg_number

@@ -10,6 +10,7 @@ evaluation.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from shard_opt import ir
@@ -176,6 +177,8 @@ def extrapolate(s1: Score, s2: Score, layers: int, system) -> Score:
     k = layers - 1
 
     def lin(a, b):
+        if math.isinf(a) or math.isinf(b):  # an unsupported collective: stays unpriceable
+            return math.inf
         return a + k * (b - a)
 
     memory = int(lin(s1.memory_bytes, s2.memory_bytes))

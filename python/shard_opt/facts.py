@@ -96,6 +96,7 @@ class ModuleFacts:
       arg_local_bytes: per ``@main`` argument, its bytes on one device.
       arg_kinds: per argument, ``param`` / ``buffer`` / ``input`` / ``cache``.
       arg_global_elements: per argument, element count of the global shape.
+      arg_local_elements: per argument, element count on one device.
       peak_activation_bytes: a simple upper bound on live activations on one device
         (the largest sum of one op's operands and results).
     """
@@ -107,6 +108,7 @@ class ModuleFacts:
     arg_local_bytes: list[int] = field(default_factory=list)
     arg_kinds: list[str] = field(default_factory=list)
     arg_global_elements: list[int] = field(default_factory=list)
+    arg_local_elements: list[int] = field(default_factory=list)
     peak_activation_bytes: int = 0
 
     @property

@@ -1,0 +1,252 @@
+"""A hardware preset: chips, mesh shapes, links per mesh axis, DRAM, compute peaks.
+
+``System.collective_time_us`` prices one collective on one (or several) mesh axes;
+``System.compute_time_us`` is the per-op roofline. Cost models build on these two.
+Presets live one family per file (``wormhole.py``, ``blackhole.py``); the registry is
+``shard_opt.costmodel.registry``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from shard_opt.costmodel.fabric import TOPOLOGIES, Fabric, effective_topology
+from shard_opt.errors import UserError
+from shard_opt.facts import COLLECTIVE_KINDS
+
+DEFAULT_AXIS_NAMES = ("batch", "model")  # tt-xla's names (references/tenstorrent.md section 1)
+
+# Math fidelity a dtype's matmul runs at: tt-metal GEMM_FLOPS.md pairs BF16 with HiFi4 and
+# BLOCKFP8 with HiFi2 (references/tenstorrent.md section 3). f32 and fp8 pairings are
+# ours (unconfirmed): f32 at the slowest fidelity, 8-bit types at LoFi.
+DTYPE_FIDELITY = {
+    "f32": "HiFi4", "f64": "HiFi4", "bf16": "HiFi4", "f16": "HiFi4",
+    "bfp8": "HiFi2", "f8E4M3FN": "LoFi", "f8E5M2": "LoFi", "i8": "LoFi", "ui8": "LoFi",
+}
+
+# Share of the matmul peak a large GEMM reaches: Wormhole measures ~190 TFLOPS
+# (tt-metal GEMM_FLOPS/GEMM_FLOPS.md) against 64 compute cores x 4 TFLOPS LoFi = 256
+# (references/tenstorrent.md section 3). Used for every fidelity and for Blackhole too
+# (BH's ~580 measured against 110 x 5.4 = 594 would say 0.98: core count unclear, so we
+# keep the conservative Wormhole ratio; unconfirmed).
+MATMUL_EFFICIENCY = 190 / 256
+
+# Share of spec DRAM bandwidth reached: Wormhole 267 GB/s measured of 288 spec
+# (references/tenstorrent.md section 3). Applied to Blackhole too (unconfirmed).
+DRAM_EFFICIENCY = 267 / 288
+
+# Usable share of DRAM: the rest is left to firmware, dispatch, program cache and
+# fragmentation. Our choice, unconfirmed by a measurement.
+USABLE_DRAM_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class AxisLinks:
+    """How one mesh axis is wired: a line or a ring, and parallel links per neighbour pair."""
+
+    topology: str
+    links: int
+
+    def __str__(self) -> str:
+        return f"{self.topology}/{self.links} link{'s' if self.links != 1 else ''}"
+
+
+@dataclass(frozen=True)
+class System:
+    """A hardware preset.
+
+    Attributes:
+      name: registry name (``wh-loudbox``).
+      arch: ``wormhole`` or ``blackhole``.
+      chips: number of chips.
+      meshes: supported logical mesh shapes, default first.
+      axis_links: per mesh shape, per mesh dim, its ``AxisLinks``.
+      dram_bytes: DRAM per chip.
+      dram_gbps: DRAM bandwidth per chip (spec).
+      peak_tflops: per chip, matmul peak per math fidelity (LoFi, HiFi2, HiFi4).
+      fabric: the architecture's CCL calibration.
+      title: product name for ``describe``.
+      sources: where the figures come from.
+    """
+
+    name: str
+    arch: str
+    chips: int
+    meshes: tuple[tuple[int, ...], ...]
+    axis_links: dict[tuple[int, ...], tuple[AxisLinks, ...]] = field(hash=False, compare=False)
+    dram_bytes: int
+    dram_gbps: float
+    peak_tflops: dict[str, float] = field(hash=False, compare=False)
+    fabric: Fabric = field(hash=False, compare=False)
+    title: str = ""
+    sources: tuple[str, ...] = ()
+
+    # ---- description -------------------------------------------------------------------
+
+    @property
+    def default_mesh(self) -> tuple[int, ...]:
+        return self.meshes[0]
+
+    @property
+    def link_gbps(self) -> float:
+        """Line rate of one Ethernet link, per direction (GB/s)."""
+        return self.fabric.line_rate_gbps
+
+    @property
+    def usable_dram_bytes(self) -> float:
+        return USABLE_DRAM_FRACTION * self.dram_bytes
+
+    def describe(self) -> str:
+        """One line for ``--list-systems``."""
+        def wiring(m):
+            axes = [f"{a.topology} of {n}, {a.links} link{'s' if a.links != 1 else ''}"
+                    for n, a in zip(m, self.axis_links[m]) if n > 1]
+            return "x".join(map(str, m)) + (f" ({' x '.join(axes)})" if axes else "")
+
+        meshes = ", ".join(wiring(m) for m in self.meshes)
+        return (
+            f"{self.name}: {self.title or self.arch} - {self.chips} {self.arch.capitalize()} chip"
+            f"{'s' if self.chips != 1 else ''}; meshes {meshes}; {self.dram_bytes / 2**30:.0f} GiB "
+            f"{self.dram_gbps:.0f} GB/s DRAM and {self.peak_tflops['HiFi4']:.0f} TFLOPS HiFi4 "
+            f"({self.peak_tflops['LoFi']:.0f} LoFi) per chip; links {self.fabric.line_rate_gbps:g} GB/s"
+        )
+
+    def with_topology(self, name: str, topology: str, title: str = "") -> "System":
+        """The same system with every mesh axis of more than 2 devices wired as ``topology``."""
+        links = {
+            m: tuple(AxisLinks(topology if s > 2 else a.topology, a.links) for a, s in zip(axes, m))
+            for m, axes in self.axis_links.items()
+        }
+        return dataclasses.replace(self, name=name, axis_links=links, title=title or self.title)
+
+    # ---- topology ------------------------------------------------------------------------
+
+    def links_for(self, mesh_shape: tuple[int, ...] | None = None) -> tuple[AxisLinks, ...]:
+        """The ``AxisLinks`` of each dim of ``mesh_shape`` (default: the default mesh).
+
+        A shape the preset does not list but that fits in its chips is wired as lines
+        with the fewest links any of its axes has (a sub-mesh: conservative).
+        """
+        shape = tuple(mesh_shape) if mesh_shape is not None else self.default_mesh
+        if shape in self.axis_links:
+            return self.axis_links[shape]
+        if math.prod(shape) > self.chips:
+            raise UserError(
+                f"mesh {'x'.join(map(str, shape))} needs {math.prod(shape)} chips; {self.name} has "
+                f"{self.chips} (see shard-opt --list-systems)"
+            )
+        fewest = min((a.links for axes in self.axis_links.values() for a in axes), default=1)
+        return tuple(AxisLinks("line", fewest) for _ in shape)
+
+    def _axis_groups(self, axis, mesh_shape, axis_names) -> list[tuple[int, AxisLinks]]:
+        """(size, links) of each mesh axis a collective runs over, in order."""
+        shape = tuple(mesh_shape) if mesh_shape is not None else self.default_mesh
+        wiring = self.links_for(shape)
+        if axis_names:
+            names = tuple(axis_names)
+        else:
+            names = DEFAULT_AXIS_NAMES[-len(shape):] if len(shape) <= 2 else ()
+        if isinstance(axis, bool):
+            raise UserError(f"axis {axis!r}: give an axis name, a list of names or a device count")
+        if isinstance(axis, int):
+            if axis <= 1:
+                return []
+            for size, links in reversed(list(zip(shape, wiring))):  # the minor axis first
+                if size == axis:
+                    return [(size, links)]
+            fewest = min((a.links for a in wiring), default=1)
+            return [(axis, AxisLinks("line", fewest))]
+        axes = [axis] if isinstance(axis, str) else list(axis)
+        out = []
+        for a in axes:
+            if a not in names:
+                raise UserError(
+                    f"{self.name}: mesh axis {a!r} is not one of {', '.join(names) or '(none)'} "
+                    f"of mesh {'x'.join(map(str, shape))}"
+                )
+            dim = names.index(a)
+            out.append((shape[dim], wiring[dim]))
+        return out
+
+    # ---- time ----------------------------------------------------------------------------
+
+    def collective_time_us(
+        self, kind: str, bytes_per_device: float, axis, mesh_shape: tuple[int, ...] | None = None, *,
+        axis_names: tuple[str, ...] | None = None, topology: str | None = None,
+        allow_collective_permute: bool = False, native_all_to_all: bool = False,
+        alpha_beta: bool = False,
+    ) -> float:
+        """Modeled time (us) of one collective, as tt-mlir lowers it.
+
+        Args:
+          kind: one of ``shard_opt.facts.COLLECTIVE_KINDS``.
+          bytes_per_device: per-device INPUT bytes (the ``b`` of the tt-metal fits).
+          axis: a mesh axis name (``"batch"``/``"model"`` = dims 0/1 with the default
+            names), a device count, or a list of axis names. A multi-axis collective
+            runs as one CCL per axis, in the listed order (TTIR/TTNN CCLs take one
+            ``cluster_axis``): all_gather's input grows by each axis size, reduce_scatter's
+            shrinks, all_reduce and all_to_all repeat on the same bytes.
+          mesh_shape: the mesh (default: the system's default mesh).
+          axis_names: names of the mesh dims (default ``batch, model``).
+          topology: force ``line`` or ``ring`` on every axis (what-if studies).
+          allow_collective_permute: price collective_permute with the alpha-beta model
+            instead of returning ``inf`` (tt-mlir cannot lower it, issue 3370).
+          native_all_to_all: price all_to_all as one ttnn all_to_all (the fitted model)
+            instead of the N(N-1) point-to-point ops tt-mlir emits today.
+
+        Example (8 KiB all_reduce over the 4-chip "model" line of a LoudBox's 2x4)::
+
+            get_system("wh-loudbox").collective_time_us("all_reduce", 8192, "model")  # 25.19
+        """
+        if kind not in COLLECTIVE_KINDS:
+            raise UserError(f"unknown collective kind {kind!r}; kinds: {', '.join(COLLECTIVE_KINDS)}")
+        if kind == "all_slice":
+            return 0.0  # a local slice of a replicated value (tt-mlir ShardyToTTIRPatterns.cpp)
+        groups = self._axis_groups(axis, mesh_shape, axis_names)
+        if topology is not None:
+            if topology not in TOPOLOGIES:
+                raise UserError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
+            groups = [(n, AxisLinks(topology, links.links)) for n, links in groups]
+        groups = [(n, links) for n, links in groups if n > 1]
+        if not groups:
+            return 0.0
+        fabric = self.fabric
+        if kind == "collective_permute":
+            if not allow_collective_permute:
+                return math.inf  # "not implemented yet" in tt-mlir (issue 3370)
+            n = math.prod(g for g, _ in groups)
+            links = min(li.links for _, li in groups)
+            topo = groups[0][1].topology if len(groups) == 1 else "line"
+            return fabric.alpha_beta_us(kind, topo, n, bytes_per_device, links)
+        total, b = 0.0, float(bytes_per_device)
+        for n, links in groups:
+            topo = effective_topology(links.topology, n)
+            if alpha_beta:
+                total += fabric.alpha_beta_us(kind, topo, n, b, links.links)
+            elif kind == "all_to_all" and not native_all_to_all:
+                total += fabric.point_to_point_all_to_all_us(topo, n, b, links.links)
+            else:
+                total += fabric.fitted_us(kind, topo, n, b, links.links)
+            if kind == "all_gather":
+                b *= n
+            elif kind == "reduce_scatter":
+                b /= n
+        return total
+
+    def peak_flops_per_us(self, dtype: str) -> float:
+        """Matmul peak of one chip for ``dtype``, in FLOPs per microsecond."""
+        return self.peak_tflops[DTYPE_FIDELITY.get(dtype, "HiFi4")] * 1e6
+
+    def compute_time_us(
+        self, flops: float, bytes: float, dtype: str = "bf16", *,
+        matmul_efficiency: float = MATMUL_EFFICIENCY, dram_efficiency: float = DRAM_EFFICIENCY,
+    ) -> float:
+        """Roofline time (us) of one op on one chip: the slower of math and DRAM traffic.
+
+        ``flops`` and ``bytes`` (operands read + results written) are per chip.
+        """
+        math_us = flops / (self.peak_flops_per_us(dtype) * matmul_efficiency)
+        dram_us = bytes / (self.dram_gbps * 1e3 * dram_efficiency)
+        return max(math_us, dram_us)

@@ -1,0 +1,400 @@
+"""The cost model against its references (references/tenstorrent.md section 4), its
+properties, and a Llama-3-8B decode sanity check.
+
+``python tests/test_costmodel.py`` prints the reference table with the model's errors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shard_opt import costmodel
+from shard_opt.costmodel import registry
+from shard_opt.costmodel.fabric import traffic_bytes
+from shard_opt.errors import UserError
+from shard_opt.facts import Collective, ModuleFacts, OpWork
+
+TOLERANCE = 0.15
+KIB, MIB, GIB = 2**10, 2**20, 2**30
+
+# ---- reference points ---------------------------------------------------------------------
+
+# (label, system, kind, per-device input bytes, axis, mesh, measured us). tt-metal
+# tech_reports/CCLs/results/SUMMARY_{wormhole_b0_bfloat16_6144,blackhole_bfloat16_8192}.md.
+# The all_gather rows' "16 KiB" is the gathered output (nccl-tests convention): 2 KiB in.
+SMALL_POINTS = [
+    ("WH all_reduce, 2 devices, 4 KiB", "wh-loudbox", "all_reduce", 4 * KIB, "batch", (2, 4), 12.8),
+    ("WH all_reduce, 8-ring, 16 KiB", "wh-loudbox", "all_reduce", 16 * KIB, "model", (1, 8), 35.8),
+    ("WH all_gather, 8-ring, 16 KiB out", "wh-loudbox", "all_gather", 2 * KIB, "model", (1, 8), 17.6),
+    ("BH all_reduce, 2 devices, 4 KiB", "bh-galaxy", "all_reduce", 4 * KIB, 2, (8, 4), 9.15),
+    ("BH all_reduce, 8-ring, 16 KiB", "bh-galaxy-torus", "all_reduce", 16 * KIB, "batch", (8, 4), 23.3),
+    ("BH all_gather, 8-ring, 16 KiB out", "bh-galaxy-torus", "all_gather", 2 * KIB, "batch", (8, 4), 12.2),
+]
+
+# Wormhole LoudBox fitted large-size bandwidths (GB/s on the busiest link): lines at 4
+# devices (2x4 "model"), rings at 8 (1x8 "model").
+WH_ASYMPTOTES = [
+    ("all_gather", "line", 11.8), ("all_gather", "ring", 20.8),
+    ("reduce_scatter", "line", 11.1), ("reduce_scatter", "ring", 16.7),
+    ("all_reduce", "line", 10.9), ("all_reduce", "ring", 18.4),
+    ("all_to_all", "line", 7.6), ("all_to_all", "ring", 16.5),
+]
+
+# Blackhole Galaxy: share of 25 GB/s per link and direction at large sizes.
+BH_EFFICIENCIES = [
+    ("all_gather", 2, "line", 0.95), ("all_gather", 4, "line", 0.96), ("all_gather", 8, "ring", 0.945),
+    ("reduce_scatter", 2, "line", 0.745), ("reduce_scatter", 4, "line", 0.78), ("reduce_scatter", 8, "ring", 0.80),
+    ("all_reduce", 2, "line", 0.84), ("all_reduce", 4, "line", 0.86), ("all_reduce", 8, "ring", 0.86),
+]
+
+
+def modeled_small_point(system, kind, b, axis, mesh):
+    return costmodel.get_system(system).collective_time_us(kind, b, axis, mesh)
+
+
+def modeled_wh_bandwidth(kind, topology, b=4 * GIB):
+    mesh, n = ((2, 4), 4) if topology == "line" else ((1, 8), 8)
+    t = costmodel.get_system("wh-loudbox").collective_time_us(kind, b, "model", mesh, native_all_to_all=True)
+    return traffic_bytes(kind, n, b) / (t * 1e3)
+
+
+def modeled_bh_efficiency(kind, n, topology, b=4 * GIB):
+    if topology == "ring":
+        system, axis = costmodel.get_system("bh-galaxy-torus"), "batch"
+    else:
+        system, axis = costmodel.get_system("bh-galaxy"), n  # a line of n, 2 links
+    links = 2
+    t = system.collective_time_us(kind, b, axis, (8, 4))
+    return traffic_bytes(kind, n, b) / (t * 1e3) / (25.0 * links * (2 if topology == "ring" else 1))
+
+
+def rel_error(model, reference):
+    return (model - reference) / reference
+
+
+@pytest.mark.parametrize("label,system,kind,b,axis,mesh,reference", SMALL_POINTS, ids=[p[0] for p in SMALL_POINTS])
+def test_small_message_points(label, system, kind, b, axis, mesh, reference):
+    assert abs(rel_error(modeled_small_point(system, kind, b, axis, mesh), reference)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("kind,topology,gbps", WH_ASYMPTOTES)
+def test_wormhole_large_size_bandwidth(kind, topology, gbps):
+    assert abs(rel_error(modeled_wh_bandwidth(kind, topology), gbps)) <= TOLERANCE
+
+
+@pytest.mark.parametrize("kind,n,topology,efficiency", BH_EFFICIENCIES)
+def test_blackhole_galaxy_link_efficiency(kind, n, topology, efficiency):
+    assert abs(rel_error(modeled_bh_efficiency(kind, n, topology), efficiency)) <= TOLERANCE
+
+
+# ---- properties ---------------------------------------------------------------------------
+
+PRICED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+UNIFORM_SYSTEMS = ("wh-loudbox", "bh-loudbox")  # one link count on every axis
+sizes = st.integers(min_value=1024, max_value=1 << 32)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(system=st.sampled_from(costmodel.list_systems()), kind=st.sampled_from(PRICED),
+       b1=sizes, b2=sizes, data=st.data())
+def test_time_grows_with_bytes(system, kind, b1, b2, data):
+    mesh = data.draw(st.sampled_from([m for m in system.meshes if max(m) > 1] or [None]))
+    if mesh is None:
+        return
+    axis = "model" if mesh[1] > 1 else "batch"
+    lo, hi = sorted((b1, b2))
+    t_lo = system.collective_time_us(kind, lo, axis, mesh)
+    t_hi = system.collective_time_us(kind, hi, axis, mesh)
+    assert t_lo <= t_hi and (lo == hi or t_lo < t_hi)
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(name=st.sampled_from(UNIFORM_SYSTEMS), kind=st.sampled_from(PRICED),
+       topology=st.sampled_from(["line", "ring"]), n=st.integers(2, 31), b=sizes)
+def test_time_grows_with_devices(name, kind, topology, n, b):
+    if topology == "ring" and n < 3:
+        n = 3  # a 2-device ring is a line
+    system = costmodel.get_system(name)
+    t_n = system.collective_time_us(kind, b, n, topology=topology)
+    t_more = system.collective_time_us(kind, b, n + 1, topology=topology)
+    assert t_n < t_more
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(name=st.sampled_from(UNIFORM_SYSTEMS), kind=st.sampled_from(PRICED),
+       n=st.integers(3, 32), b=st.integers(min_value=MIB, max_value=1 << 32))
+def test_ring_beats_line_at_large_sizes(name, kind, n, b):
+    system = costmodel.get_system(name)
+    ring = system.collective_time_us(kind, b, n, topology="ring")
+    line = system.collective_time_us(kind, b, n, topology="line")
+    assert ring < line
+
+
+@settings(max_examples=60, deadline=None, database=None)
+@given(pair=st.sampled_from([("n300", "p300", (1, 2)), ("wh-loudbox", "bh-loudbox", (2, 4)),
+                             ("wh-loudbox", "bh-loudbox", (1, 8))]),
+       kind=st.sampled_from(PRICED + ("collective_permute",)), axis=st.sampled_from(["batch", "model"]),
+       b=sizes)
+def test_blackhole_beats_wormhole_at_equal_bytes(pair, kind, axis, b):
+    wh, bh, mesh = costmodel.get_system(pair[0]), costmodel.get_system(pair[1]), pair[2]
+    if mesh[("batch", "model").index(axis)] == 1:
+        axis = "model"
+    kw = {"allow_collective_permute": True}
+    assert bh.collective_time_us(kind, b, axis, mesh, **kw) < wh.collective_time_us(kind, b, axis, mesh, **kw)
+    assert bh.compute_time_us(2 * b * 4096, b) < wh.compute_time_us(2 * b * 4096, b)
+
+
+# ---- what tt-mlir emits ---------------------------------------------------------------------
+
+def test_lowering_rules():
+    wh = costmodel.get_system("wh-loudbox")
+    assert wh.collective_time_us("all_slice", 1 * MIB, "model") == 0.0
+    assert wh.collective_time_us("collective_permute", 1 * MIB, "model") == math.inf
+    permute = wh.collective_time_us("collective_permute", 1 * MIB, "model", allow_collective_permute=True)
+    assert 0 < permute < math.inf
+    # N(N-1) point-to-point ops: slower than one native all_to_all at every size.
+    for b in (4 * KIB, 1 * MIB, 64 * MIB):
+        p2p = wh.collective_time_us("all_to_all", b, "model")
+        native = wh.collective_time_us("all_to_all", b, "model", native_all_to_all=True)
+        assert p2p > native
+    assert wh.collective_time_us("all_reduce", 1 * MIB, 1) == 0.0
+
+
+def test_multi_axis_collective_is_one_step_per_axis():
+    wh = costmodel.get_system("wh-loudbox")
+    b = 64 * KIB
+    both = wh.collective_time_us("all_gather", b, ["batch", "model"], (2, 4))
+    steps = wh.collective_time_us("all_gather", b, "batch", (2, 4)) + \
+        wh.collective_time_us("all_gather", 2 * b, "model", (2, 4))
+    assert both == pytest.approx(steps)
+    rs = wh.collective_time_us("reduce_scatter", b, ["model", "batch"], (2, 4))
+    assert rs == pytest.approx(wh.collective_time_us("reduce_scatter", b, "model", (2, 4))
+                               + wh.collective_time_us("reduce_scatter", b / 4, "batch", (2, 4)))
+
+
+# ---- registry and systems ----------------------------------------------------------------------
+
+def test_default_systems_and_errors():
+    expected = {(1, 1): "n150", (1, 2): "n300", (1, 4): "bh-quietbox2", (2, 2): "bh-quietbox2",
+                (2, 4): "wh-loudbox", (1, 8): "wh-loudbox", (8, 4): "wh-galaxy", (4, 8): "wh-galaxy"}
+    for shape, name in expected.items():
+        assert costmodel.default_system_for_mesh(shape) == name
+        assert shape in costmodel.get_system(name).meshes
+    with pytest.raises(UserError, match="16 chips"):
+        costmodel.default_system_for_mesh((4, 4))
+    with pytest.raises(UserError, match="wh-loudbox"):
+        costmodel.get_system("t3000x")
+    with pytest.raises(UserError, match="tenstorrent"):
+        costmodel.get_cost_model("nope")
+    with pytest.raises(UserError, match="unknown option"):
+        costmodel.get_cost_model("tenstorrent", speed=11)
+    with pytest.raises(UserError, match="needs 32 chips"):
+        costmodel.get_system("wh-loudbox").collective_time_us("all_reduce", 1024, "model", (4, 8))
+
+
+def test_every_system_describes_itself():
+    names = [s.name for s in costmodel.list_systems()]
+    for required in ("n150", "n300", "wh-loudbox", "wh-galaxy", "p150", "p300", "bh-quietbox2",
+                     "bh-loudbox", "bh-galaxy"):
+        assert required in names
+    for s in costmodel.list_systems():
+        line = s.describe()
+        assert "\n" not in line and s.name in line
+        assert s.arch in ("wormhole", "blackhole") and s.chips == math.prod(s.meshes[0])
+    assert costmodel.get_system("wh-loudbox").links_for((1, 8))[1].topology == "ring"
+    assert costmodel.get_system("wh-galaxy").links_for((8, 4))[0].topology == "line"
+    assert costmodel.get_system("wh-galaxy-ring").links_for((8, 4))[0].topology == "ring"
+
+
+class _FakeEntryPoint:
+    def __init__(self, name, obj):
+        self.name, self.value, self._obj = name, f"fake:{name}", obj
+
+    def load(self):
+        return self._obj
+
+
+def test_outside_packages_register_by_entry_point(monkeypatch):
+    from shard_opt.costmodel.alpha_beta import AlphaBetaModel
+
+    custom = costmodel.get_system("wh-loudbox").with_topology("my-box", "ring")
+    eps = {"shard_opt.systems": [_FakeEntryPoint("my-box", lambda: [custom])],
+           "shard_opt.cost_models": [_FakeEntryPoint("zero", AlphaBetaModel)]}
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: eps.get(group, []))
+    monkeypatch.setattr(registry, "_systems", None)  # re-scan; restored after the test
+    assert costmodel.get_system("my-box") is custom
+    assert "zero" in costmodel.list_cost_models()
+    assert isinstance(costmodel.get_cost_model("zero"), AlphaBetaModel)
+
+
+# ---- Llama-3-8B decode on a LoudBox ---------------------------------------------------------
+
+HIDDEN, INTERMEDIATE, LAYERS, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 4096, 14336, 32, 32, 8, 128, 128256
+CONTEXT = 2048  # KV cache length
+BF16 = 2
+
+
+def llama3_8b_decode_facts(tp: int, mesh_shape=(1, 8), axes=("model",)) -> ModuleFacts:
+    """One decode step (batch 1, one token) of Llama-3-8B with its weights split ``tp`` ways.
+
+    tp=1: everything replicated, no collectives. tp=N: Megatron (arXiv 1909.08053
+    section 3): q/k/v/gate/up column-parallel, o/down row-parallel with one all_reduce
+    of the [1, 4096] bf16 activation each (2 per layer), vocab-parallel embedding (one
+    all_reduce) and lm_head (logits all_gathered, as outputs are returned whole).
+    """
+    facts = ModuleFacts(tuple(mesh_shape), ("batch", "model"))
+    peak = 0
+
+    def arg(shape, kind, split):
+        elements = math.prod(shape)
+        facts.arg_local_bytes.append(elements * BF16 // split)
+        facts.arg_kinds.append(kind)
+        facts.arg_global_elements.append(elements)
+        facts.arg_local_elements.append(elements // split)
+
+    def op(name, flops, act_in, weight, out):
+        nonlocal peak
+        facts.ops.append(OpWork(name, flops, act_in + weight, out, weight, "bf16", len(facts.ops)))
+        peak = max(peak, act_in + out)
+
+    def all_reduce(shape):
+        local = math.prod(shape) * BF16
+        facts.collectives.append(Collective("all_reduce", axes, shape, "bf16", shape, shape, local, tp))
+
+    def matmul(n_in, n_out, split_in=1, split_out=1):
+        k, n = n_in // split_in, n_out // split_out
+        op("stablehlo.dot_general", 2 * k * n, k * BF16, k * n * BF16, n * BF16)
+
+    arg((VOCAB, HIDDEN), "param", tp)
+    op("stablehlo.gather", 0, 8, HIDDEN * BF16, HIDDEN * BF16)  # one embedding row
+    if tp > 1:
+        all_reduce((1, HIDDEN))
+    kv_local = CONTEXT * (KV_HEADS // tp) * HEAD_DIM * BF16
+    for _ in range(LAYERS):
+        for shape in [(HIDDEN, HIDDEN), (KV_HEADS * HEAD_DIM, HIDDEN), (KV_HEADS * HEAD_DIM, HIDDEN),
+                      (HIDDEN, HIDDEN), (INTERMEDIATE, HIDDEN), (INTERMEDIATE, HIDDEN), (HIDDEN, INTERMEDIATE)]:
+            arg(shape, "param", tp)
+        arg((HIDDEN,), "param", 1)
+        arg((HIDDEN,), "param", 1)
+        arg((1, KV_HEADS, CONTEXT, HEAD_DIM), "cache", tp)
+        arg((1, KV_HEADS, CONTEXT, HEAD_DIM), "cache", tp)
+        op("stablehlo.multiply", 2 * HIDDEN, HIDDEN * BF16, HIDDEN * BF16, HIDDEN * BF16)  # rms norm
+        matmul(HIDDEN, HIDDEN, split_out=tp)  # q
+        matmul(HIDDEN, KV_HEADS * HEAD_DIM, split_out=tp)  # k
+        matmul(HIDDEN, KV_HEADS * HEAD_DIM, split_out=tp)  # v
+        heads = HEADS // tp
+        op("stablehlo.dot_general", 2 * heads * CONTEXT * HEAD_DIM, heads * HEAD_DIM * BF16, 0,
+           heads * CONTEXT * BF16)
+        facts.ops[-1] = OpWork("stablehlo.dot_general", facts.ops[-1].flops,
+                               heads * HEAD_DIM * BF16 + kv_local, heads * CONTEXT * BF16, 0, "bf16")  # q.K
+        facts.ops.append(OpWork("stablehlo.dot_general", 2 * heads * CONTEXT * HEAD_DIM,
+                                heads * CONTEXT * BF16 + kv_local, heads * HEAD_DIM * BF16, 0, "bf16"))  # p.V
+        matmul(HIDDEN, HIDDEN, split_in=tp)  # o
+        if tp > 1:
+            all_reduce((1, HIDDEN))
+        op("stablehlo.multiply", 2 * HIDDEN, HIDDEN * BF16, HIDDEN * BF16, HIDDEN * BF16)  # rms norm
+        matmul(HIDDEN, INTERMEDIATE, split_out=tp)  # gate
+        matmul(HIDDEN, INTERMEDIATE, split_out=tp)  # up
+        matmul(INTERMEDIATE, HIDDEN, split_in=tp)  # down
+        if tp > 1:
+            all_reduce((1, HIDDEN))
+    arg((HIDDEN,), "param", 1)
+    arg((VOCAB, HIDDEN), "param", tp)
+    matmul(HIDDEN, VOCAB, split_out=tp)  # lm_head
+    if tp > 1:
+        local = (1, VOCAB // tp)
+        facts.collectives.append(Collective("all_gather", axes, (1, VOCAB), "bf16", local, (1, VOCAB),
+                                            math.prod(local) * BF16, tp))
+    facts.peak_activation_bytes = peak
+    return facts
+
+
+@pytest.mark.parametrize("mesh,axes", [((1, 8), ("model",)), ((2, 4), ("batch", "model"))])
+def test_llama3_8b_decode_megatron_beats_replicated(mesh, axes):
+    system = costmodel.get_system("wh-loudbox")
+    model = costmodel.get_cost_model("tenstorrent")
+    replicated = llama3_8b_decode_facts(1, mesh, axes)
+    megatron = llama3_8b_decode_facts(8, mesh, axes)
+    weights = replicated.param_bytes_per_device
+    assert 15.9e9 < weights < 16.2e9  # 8.03 B parameters in bf16
+    assert sum(c.kind == "all_reduce" for c in megatron.collectives) == 2 * LAYERS + 1
+
+    rep, meg = model.price(replicated, system), model.price(megatron, system)
+    assert meg.total_us < rep.total_us
+    # Decode is weight-read bound: every chip reads all 16 GB when they are replicated.
+    read_us = weights / (system.dram_gbps * 1e3 * 267 / 288)
+    assert rep.compute_us == pytest.approx(read_us, rel=0.1)
+    assert rep.compute_us > 6 * meg.compute_us
+    assert meg.ccl_us < rep.total_us - meg.total_us  # the collectives cost far less than the reads saved
+    # 16 GB of weights do not fit in one Wormhole chip's 12 GB; an eighth does.
+    assert not rep.fits and rep.memory_per_device_bytes > system.dram_bytes
+    assert meg.fits
+
+
+def test_cost_models_price_the_same_facts():
+    system = costmodel.get_system("wh-loudbox")
+    facts = llama3_8b_decode_facts(8)
+    tt = costmodel.get_cost_model("tenstorrent").price(facts, system)
+    ab = costmodel.get_cost_model("alpha-beta").price(facts, system)
+    heuristic = costmodel.get_cost_model("autoshard-heuristic").price(facts, system)
+    assert len(tt.collective_us) == len(facts.collectives) and tt.score == tt.total_us
+    assert ab.ccl_us < tt.ccl_us  # the textbook model misses most of the fixed costs
+    assert heuristic.total_us == tt.total_us and heuristic.score != heuristic.total_us
+    # 66 CCLs at 1.0 each (+ a tiny volume term) minus 3 * 7/8 per split weight and
+    # 1 * 7/8 per split cache, each relative to the largest argument (the embedding).
+    top = max(facts.arg_global_elements)
+    benefit = sum((3.0 if k == "param" else 1.0) * 7 / 8 * e / top
+                  for e, k, b in zip(facts.arg_global_elements, facts.arg_kinds, facts.arg_local_bytes)
+                  if b < e * BF16)
+    assert heuristic.score == pytest.approx(len(facts.collectives) - benefit, abs=0.01)
+    # Uncalibrated, it prefers the replicated plan (score 0) that is 6x slower.
+    replicated = costmodel.get_cost_model("autoshard-heuristic").price(llama3_8b_decode_facts(1), system)
+    assert replicated.score == 0 < heuristic.score and replicated.total_us > 6 * heuristic.total_us
+
+
+def test_annotate_costs_pass_stamps_times():
+    from shard_opt import ir
+    from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
+
+    text = """
+    module {
+      sdy.mesh @mesh = <["batch"=2, "model"=4]>
+      func.func @main(%arg0: tensor<8x1024xbf16>,
+          %arg1: tensor<1024x4096xbf16> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>},
+          %arg2: tensor<4096x1024xbf16> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}) -> tensor<8x1024xbf16> {
+        %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<8x1024xbf16>, tensor<1024x4096xbf16>) -> tensor<8x4096xbf16>
+        %1 = stablehlo.dot_general %0, %arg2, contracting_dims = [1] x [0] : (tensor<8x4096xbf16>, tensor<4096x1024xbf16>) -> tensor<8x1024xbf16>
+        return %1 : tensor<8x1024xbf16>
+      }
+    }"""
+    module = ir.parse(text)
+    ctx = PassContext()
+    pipeline = "builtin.module(shardy-propagate, collect-collectives, annotate-costs{system=wh-loudbox})"
+    PassManager(parse_pipeline(pipeline), ctx).run(module)
+    out = ir.print_module(module)
+    expected = costmodel.get_system("wh-loudbox").collective_time_us("all_reduce", 8 * 1024 * BF16, "model")
+    assert ctx.cost.collective_us == [pytest.approx(expected)]
+    stamped = re.findall(r"shard_opt\.time_us = ([0-9.e+-]+) : f64", out)
+    assert [float(t) for t in stamped] == [round(expected, 2)]
+    for key in ("shard_opt.total_us", "shard_opt.ccl_us", "shard_opt.compute_us"):
+        assert key in out
+
+
+# ---- the table for the report -----------------------------------------------------------------
+
+def reference_table() -> list[tuple[str, float, float]]:
+    rows = [(p[0], modeled_small_point(*p[1:6]), p[6]) for p in SMALL_POINTS]
+    rows += [(f"WH {k} {t} bandwidth (GB/s)", modeled_wh_bandwidth(k, t), g) for k, t, g in WH_ASYMPTOTES]
+    rows += [(f"BH {k} {t} {n} efficiency", modeled_bh_efficiency(k, n, t), e) for k, n, t, e in BH_EFFICIENCIES]
+    return rows
+
+
+if __name__ == "__main__":
+    print(f"{'point':45} {'model':>10} {'reference':>10} {'error':>8}")
+    for label, model, ref in reference_table():
+        print(f"{label:45} {model:10.3f} {ref:10.3f} {100 * rel_error(model, ref):+7.1f}%")
