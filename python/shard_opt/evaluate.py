@@ -10,10 +10,13 @@ evaluation.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+import time
 from dataclasses import dataclass, field
 
-from shard_opt import ir
+from shard_opt import ir, parallel
 from shard_opt.analysis import arg_shardings
 from shard_opt.candidates import Group
 from shard_opt.facts import Cost, ModuleFacts
@@ -47,8 +50,13 @@ class Score:
         )
 
     def key(self) -> tuple:
-        """Sort key: score, then fewer collectives, then fewer bytes (deterministic)."""
-        return (round(self.score, 6), self.ccl_count, self.ccl_bytes)
+        """Sort key: score, then fewer collectives, fewer bytes, less memory.
+
+        Equal times are common: a replicated weight whose consumer is split is sliced
+        locally (a free all_slice), so it costs the same time as a split weight, one
+        more collective and more DRAM.
+        """
+        return (round(self.score, 6), self.ccl_count, self.ccl_bytes, self.memory_bytes)
 
 
 @dataclass
@@ -84,6 +92,9 @@ def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[in
     return out
 
 
+_UIDS = itertools.count()
+
+
 def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
     """What a candidate is: the (group, chosen sharding) pairs that are not replicated."""
     return tuple(sorted((g.key(), g.options[o].body()) for g, o in zip(groups, assignment)
@@ -102,17 +113,31 @@ class Evaluator:
         self.result_shardings = result_shardings or {}
         self.memo: dict[tuple, Score] = {}
         self.evaluations = 0
+        self.seconds = 0.0  # time spent in ``run`` in this process
+        self.uid = f"{os.getpid()}-{next(_UIDS)}"
         ir.parse(model.text, filename=model.name)  # fail early, with the file name
 
+    def spec(self) -> tuple:
+        """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
+        return (self.uid, self.model.name, self.model.text, self.model.arguments, self.mesh,
+                self.system, self.cost_model, self.result_shardings)
+
+    @property
+    def seconds_each(self) -> float | None:
+        return self.seconds / self.evaluations if self.evaluations else None
+
     def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
+        t0 = time.perf_counter()
         module = ir.parse(self.model.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings)
         passes = [AddMesh(), ApplyShardings(), ShardyPropagate(), CollectCollectives(annotate=keep_ir)]
         PassManager(passes, ctx).run(module)
         cost = self.cost_model.price(ctx.facts, self.system)
+        text = ir.print_module(module) if keep_ir else None
         self.evaluations += 1
-        return Evaluation(shardings, cost, ctx.facts, ir.print_module(module) if keep_ir else None)
+        self.seconds += time.perf_counter() - t0
+        return Evaluation(shardings, cost, ctx.facts, text)
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
         key = memo_key(groups, assignment)
@@ -120,6 +145,31 @@ class Evaluator:
             self.memo[key] = self.run(shardings_for(self.model, groups, assignment)).score
         return self.memo[key]
 
+    def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
+        """Scores of many candidates, the new ones evaluated in parallel."""
+        todo = {}
+        for a in assignments:
+            key = memo_key(groups, a)
+            if key not in self.memo and key not in todo:
+                todo[key] = tuple(a)
+        if todo and self.seconds_each is None:  # time one in-process first
+            key, a = next(iter(todo.items()))
+            self.memo[key] = self.run(shardings_for(self.model, groups, a)).score
+            del todo[key]
+        spec = self.spec()
+        results = parallel.run_batch([("score", spec, groups, a) for a in todo.values()], self.seconds_each)
+        if results is None:
+            for key, a in todo.items():
+                self.memo[key] = self.run(shardings_for(self.model, groups, a)).score
+        else:
+            self.memo.update(zip(todo, results))
+        return [self.memo[memo_key(groups, a)] for a in assignments]
+
+    def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
+        results = parallel.run_batch([("probe", self.spec(), groups, m) for m in moves], self.seconds_each)
+        if results is None:
+            return [self.probe(groups, gi, o) for gi, o in moves]
+        return results
 
     def probe(self, groups: list[Group], gi: int, option: int) -> dict[int, int]:
         """Which other groups follow when group ``gi`` takes ``option``.
@@ -161,8 +211,13 @@ class LayeredEvaluator:
     def evaluations(self) -> int:
         return self.e1.evaluations + self.e2.evaluations
 
-    def probe(self, groups: list[Group], gi: int, option: int) -> dict[int, int]:
-        return self.e1.probe(groups, gi, option)
+    def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
+        return self.e1.probe_many(groups, moves)
+
+    def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
+        self.e1.score_many(groups, assignments)
+        self.e2.score_many(groups, assignments)
+        return [self.score(groups, a) for a in assignments]
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
         key = memo_key(groups, assignment)

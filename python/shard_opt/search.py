@@ -82,21 +82,26 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
             scored[a] = scorer.score(groups, a)
         return scored[a]
 
-    def better(a, b) -> bool:
-        return (score(a).key(), a) < (score(b).key(), b)
+    def score_all(cands: list[tuple[int, ...]]) -> None:
+        new = [a for a in dict.fromkeys(cands) if a not in scored]
+        for a, sc in zip(new, scorer.score_many(groups, new)):
+            scored[a] = sc
 
     exhaustive = space <= exhaustive_limit
     if exhaustive:
+        every = list(itertools.product(*[range(n) for n in sizes]))
         best = None
-        for i, a in enumerate(itertools.product(*[range(n) for n in sizes])):
-            if best is None or better(a, best):
-                best = a
-            progress.update(i + 1, space, score(best))
+        for i in range(0, len(every), 256):
+            score_all(every[i:i + 256])
+            best = min(every[:i + 256], key=lambda a: (score(a).key(), a))
+            progress.update(min(i + 256, len(every)), space, score(best))
     else:
-        moves = _moves(groups, scorer)
         start = [tuple(0 for _ in groups)] + [s for s in seeds if len(s) == len(groups)]
+        score_all(start)  # also times one evaluation, which decides whether workers pay
+        moves = _moves(groups, scorer)
         best = min(start, key=lambda a: (score(a).key(), a))
-        best = _local_search(best, moves, score, better, lambda b: progress.update(len(scored), None, score(b)))
+        best = _local_search(best, moves, score, score_all,
+                             lambda b: progress.update(len(scored), None, score(b)))
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -117,11 +122,12 @@ def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
     move sets them all at once, so a pair that only pays off together (a column-parallel
     weight and its row-parallel partner) is one step, not two uphill ones.
     """
-    moves = []
-    seen = set()
+    probes = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.options))]
+    follows = dict(zip(probes, scorer.probe_many(groups, probes)))
+    moves, seen = [], set()
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
-            for move in ({gi: o}, {gi: o, **(scorer.probe(groups, gi, o) if o else {})}):
+            for move in ({gi: o}, {gi: o, **follows.get((gi, o), {})}):
                 key = tuple(sorted(move.items()))
                 if key not in seen:
                     seen.add(key)
@@ -129,20 +135,23 @@ def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
     return moves
 
 
-def _local_search(best, moves, score, better, tick, max_rounds: int = 20):
-    """Steepest-descent over ``moves`` until no move improves (deterministic order)."""
+def _local_search(best, moves, score, score_all, tick, max_rounds: int = 20):
+    """Steepest descent: each round scores every move from the current plan (in
+    parallel) and takes the best one, until none improves. Deterministic: ties break on
+    the assignment itself."""
     for _ in range(max_rounds):
-        improved = False
+        cands = []
         for move in moves:
             cand = list(best)
             for gi, o in move.items():
                 cand[gi] = o
-            cand = tuple(cand)
-            if cand != best and better(cand, best):
-                best, improved = cand, True
-            tick(best)
-        if not improved:
+            cands.append(tuple(cand))
+        score_all(cands)
+        nxt = min(cands + [best], key=lambda a: (score(a).key(), a))
+        tick(nxt)
+        if nxt == best:
             break
+        best = nxt
     return best
 
 

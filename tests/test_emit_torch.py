@@ -1,0 +1,312 @@
+"""--emit-torch: the user's load script with the plan's mark_sharding calls written in."""
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import libcst as cst
+import pytest
+
+from shard_opt.emit.torch_script import emit_torch
+from shard_opt.errors import UserError
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ttir")
+
+LLAMA_SCRIPT = '''\
+"""Load a 2-layer Llama-3-8B-shaped model (random weights) for shard-opt."""
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+BATCH, SEQ = 2, 128  # prefill shape
+
+
+def load_model():
+    # Same shapes as Llama-3-8B, two decoder layers.
+    config = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=2,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    return model.eval()
+
+
+def load_inputs():
+    input_ids = torch.randint(0, 128256, (BATCH, SEQ))
+    return (input_ids,)
+
+
+if __name__ == "__main__":
+    m = load_model()
+    print(m(*load_inputs()).logits.shape)
+'''
+
+# A model with Llama's parameter names, built from torch.nn only (fast to construct).
+TINY_SCRIPT = '''\
+import torch
+from torch import nn
+
+
+class Attn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q_proj = nn.Linear(16, 16, bias=False)
+        self.k_proj = nn.Linear(16, 8, bias=False)
+        self.v_proj = nn.Linear(16, 8, bias=False)
+        self.o_proj = nn.Linear(16, 16, bias=False)
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate_proj = nn.Linear(16, 32, bias=False)
+        self.up_proj = nn.Linear(16, 32, bias=False)
+        self.down_proj = nn.Linear(32, 16, bias=False)
+
+
+class Layer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self_attn = Attn()
+        self.mlp = MLP()
+        self.input_layernorm = nn.LayerNorm(16, bias=False)
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(64, 16)
+        self.layers = nn.ModuleList([Layer(), Layer()])
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = Inner()
+        self.lm_head = nn.Linear(16, 64, bias=False)
+
+
+def load_model():
+    return LM()
+
+
+def load_inputs():
+    return (torch.zeros(2, 8, dtype=torch.long),)
+'''
+
+# Stand-ins for torch_xla: record every mark_sharding call.
+STUBS = {
+    "torch_xla/__init__.py": "def device():\n    return 'cpu'\n",
+    "torch_xla/runtime.py": "calls = []\n\ndef set_device_type(t):\n    calls.append(('set_device_type', t))\n\n"
+                            "def use_spmd():\n    calls.append(('use_spmd',))\n",
+    "torch_xla/distributed/__init__.py": "",
+    "torch_xla/distributed/spmd.py": textwrap.dedent("""\
+        marked = {}
+
+        class Mesh:
+            def __init__(self, ids, shape, axis_names):
+                self.ids, self.mesh_shape, self.axis_names = list(ids), tuple(shape), tuple(axis_names)
+
+        def mark_sharding(t, mesh, spec):
+            marked[id(t)] = (tuple(spec), mesh.mesh_shape, mesh.axis_names)
+        """),
+}
+
+
+@pytest.fixture(scope="module")
+def plan():
+    with open(os.path.join(FIXTURES, "llama_2layer_plan.json")) as f:
+        return json.load(f)
+
+
+def test_emitted_script_parses_and_keeps_the_users_code(plan):
+    out = emit_torch(LLAMA_SCRIPT, plan)
+    compile(out, "emitted.py", "exec")
+    assert "# Same shapes as Llama-3-8B, two decoder layers." in out
+    assert "BATCH, SEQ = 2, 128  # prefill shape" in out
+    assert 'os.environ["CONVERT_SHLO_TO_SHARDY"] = "1"' in out
+    assert "xr.use_spmd()" in out
+    assert 'mesh = Mesh(np.arange(8), (2, 4), ("batch", "model"))' in out
+    assert "xs.mark_sharding(tensor, mesh, spec)" in out
+    assert "return shard_opt_model(model.eval())" in out
+    assert "return shard_opt_inputs((input_ids,))" in out
+    for imp in ("import torch_xla.runtime as xr", "import torch_xla.distributed.spmd as xs",
+                "from torch_xla.distributed.spmd import Mesh", "import numpy as np", "import os"):
+        assert imp in out
+
+
+def test_spec_table_is_compact_and_maps_plan_dims(plan):
+    out = emit_torch(LLAMA_SCRIPT, plan)
+    table = out[out.index("SHARD_OPT_PARAM_SPECS = {"): out.index("}", out.index("SHARD_OPT_PARAM_SPECS = {")) + 1]
+    specs = eval(table.split("=", 1)[1])  # noqa: S307 - our own generated literal
+    # 2 layers x 7 projections + lm_head, written as 8 role entries (not 15 lines).
+    assert len(specs) == 8
+    assert specs["model.layers.*.mlp.up_proj.weight"] == ("model", None)
+    assert specs["model.layers.*.mlp.down_proj.weight"] == (None, "model")
+    assert specs["lm_head.weight"] == ("model", None)
+    inputs = out[out.index("SHARD_OPT_INPUT_SPECS = ["):]
+    assert eval(inputs[inputs.index("["): inputs.index("\n]") + 2]) == [("batch", None)]  # noqa: S307
+
+
+def test_multi_axis_dims_and_rank_one_specs_keep_their_tuples(plan):
+    p = copy.deepcopy(plan)
+    for a in p["arguments"]:
+        if a["name"].endswith("q_proj.weight"):
+            a["sharding"] = [["batch", "model"], []]
+        if a["name"].endswith("input_layernorm.weight"):
+            a["sharding"] = [["model"]]
+    out = emit_torch(LLAMA_SCRIPT, p)
+    table = out[out.index("SHARD_OPT_PARAM_SPECS = {"): out.index("}", out.index("SHARD_OPT_PARAM_SPECS = {")) + 1]
+    specs = eval(table.split("=", 1)[1])  # noqa: S307
+    assert specs["model.layers.*.self_attn.q_proj.weight"] == (("batch", "model"), None)
+    assert specs["model.layers.*.input_layernorm.weight"] == ("model",)
+
+
+def test_idempotent_on_its_own_output(plan):
+    once = emit_torch(LLAMA_SCRIPT, plan)
+    assert emit_torch(once, plan) == once
+
+
+def test_rerun_with_a_new_plan_replaces_the_block(plan):
+    other = copy.deepcopy(plan)
+    other["mesh"] = {"shape": [1, 8], "axes": ["batch", "model"]}
+    for a in other["arguments"]:
+        if a["name"] == "input_ids":
+            a["sharding"] = [[], []]
+    direct = emit_torch(LLAMA_SCRIPT, other)
+    assert emit_torch(emit_torch(LLAMA_SCRIPT, plan), other) == direct
+    assert direct.count("# >>> shard-opt") == 1 and "np.arange(8), (1, 8)" in direct
+
+
+def test_layers_that_disagree_get_one_entry_per_tensor(plan):
+    p = copy.deepcopy(plan)
+    for a in p["arguments"]:
+        if a["name"] == "model.layers.1.mlp.up_proj.weight":
+            a["sharding"] = [[], ["model"]]
+    out = emit_torch(LLAMA_SCRIPT, p)
+    assert '"model.layers.0.mlp.up_proj.weight": ("model", None)' in out
+    assert '"model.layers.1.mlp.up_proj.weight": (None, "model")' in out
+    assert '"model.layers.*.mlp.up_proj.weight"' not in out
+
+
+def test_fails_only_at_the_torch_xla_import(plan, tmp_path):
+    script = tmp_path / "emitted.py"
+    script.write_text(emit_torch(TINY_SCRIPT, plan))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert "ModuleNotFoundError: No module named 'torch_xla'" in r.stderr
+    lines = script.read_text().splitlines()
+    first_xla = next(i for i, ln in enumerate(lines, 1) if "torch_xla" in ln)
+    assert f'line {first_xla}' in r.stderr  # nothing before the first torch_xla import failed
+
+
+def test_runs_with_torch_xla_and_marks_every_sharded_tensor(plan, tmp_path):
+    for rel, text in STUBS.items():
+        path = tmp_path / "stubs" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    script = tmp_path / "emitted.py"
+    script.write_text(emit_torch(TINY_SCRIPT, plan) + textwrap.dedent("""
+        import json as _json
+        import torch_xla.distributed.spmd as _spmd
+        import torch_xla.runtime as _rt
+        _m = load_model()
+        _x = load_inputs()
+        _out = {n: _spmd.marked.get(id(t)) for n, t in _m.named_parameters()}
+        _out["input_ids"] = _spmd.marked.get(id(_x[0]))
+        print(_json.dumps({"marked": _out, "calls": _rt.calls, "env": os.environ.get("CONVERT_SHLO_TO_SHARDY")}))
+        """))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    marked = res["marked"]
+    assert res["env"] == "1" and ["use_spmd"] in res["calls"]
+    mesh = [[2, 4], ["batch", "model"]]
+    for layer in (0, 1):
+        p = f"model.layers.{layer}."
+        assert marked[p + "self_attn.q_proj.weight"] == [["model", None], *mesh]
+        assert marked[p + "self_attn.o_proj.weight"] == [[None, "model"], *mesh]
+        assert marked[p + "mlp.down_proj.weight"] == [[None, "model"], *mesh]
+        assert marked[p + "input_layernorm.weight"] is None  # replicated: left alone
+    assert marked["lm_head.weight"] == [["model", None], *mesh]
+    assert marked["model.embed_tokens.weight"] is None
+    assert marked["input_ids"] == [["batch", None], *mesh]
+
+
+def test_model_loader_methods_are_wrapped_but_nested_functions_are_not(plan):
+    src = textwrap.dedent('''\
+        import torch
+
+
+        class ModelLoader:
+            """tt-forge-models style loader."""
+
+            def load_model(self, dtype_override=None):
+                def build():
+                    return torch.nn.Linear(4, 4)  # a nested return stays as it is
+
+                return build()
+
+            def load_inputs(self, dtype_override=None, batch_size=1):
+                x = torch.zeros(batch_size, 4)
+                return x, x
+        ''')
+    out = emit_torch(src, plan)
+    compile(out, "loader.py", "exec")
+    assert "return torch.nn.Linear(4, 4)  # a nested return stays as it is" in out
+    assert "return shard_opt_model(build())" in out
+    assert "return shard_opt_inputs((x, x))" in out  # the tuple keeps its parentheses
+    assert emit_torch(out, plan) == out
+
+
+def test_a_user_mesh_variable_is_not_shadowed(plan):
+    src = "mesh = 'the user owns this name'\n\n\ndef load_model():\n    return object()\n"
+    out = emit_torch(src, plan)
+    assert "shard_opt_mesh = Mesh(" in out and "xs.mark_sharding(tensor, shard_opt_mesh, spec)" in out
+    assert "mesh = 'the user owns this name'" in out
+
+
+def test_existing_mark_sharding_calls_are_noted(plan):
+    src = ("import torch_xla.distributed.spmd as xs\n\n\ndef load_model():\n    m = make()\n"
+           "    xs.mark_sharding(m.w, MESH, ('model', None))\n    return m\n")
+    out = emit_torch(src, plan)
+    assert "already calls mark_sharding on: m.w" in out
+    assert out.count("import torch_xla.distributed.spmd as xs") == 1
+
+
+def test_intermediate_constraints_use_tt_torch(plan):
+    p = copy.deepcopy(plan)
+    p["constraints"] = [{"module": "model.layers.*.self_attn", "sharding": [["batch"], [], []],
+                         "why": "keeps the attention output split on batch"}]
+    out = emit_torch(LLAMA_SCRIPT, p)
+    compile(out, "c.py", "exec")
+    assert "from tt_torch.sharding import sharding_constraint_tensor" in out
+    assert '"model.layers.*.self_attn": ("batch", None, None),' in out
+    assert "module.register_forward_hook(shard_opt_constraint_hook(spec))" in out
+    assert emit_torch(out, p) == out
+    assert "sharding_constraint_tensor" not in emit_torch(LLAMA_SCRIPT, plan)
+
+
+def test_script_without_load_model_is_a_user_error(plan):
+    with pytest.raises(UserError, match="load_model"):
+        emit_torch("def main():\n    pass\n", plan)
+
+
+def test_syntax_error_is_a_user_error(plan):
+    with pytest.raises(UserError, match="cannot parse"):
+        emit_torch("def load_model(:\n", plan)
+
+
+def test_block_statements_are_plain_libcst(plan):
+    # The generated module round-trips through libcst unchanged.
+    out = emit_torch(LLAMA_SCRIPT, plan)
+    assert cst.parse_module(out).code == out
