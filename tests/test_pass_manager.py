@@ -100,3 +100,20 @@ def test_failing_pipeline_writes_a_repro():
 def test_apply_shardings_rejects_missing_argument():
     with pytest.raises(UserError, match="no argument 7"):
         run("add-mesh, apply-shardings{shardings=7:model/-}")
+
+
+def test_sub_axis_collective_counts_only_its_devices():
+    """A gather over the sub-axis "model":(2)2 involves 2 devices, not the 4 of "model"."""
+    text = """module {
+  sdy.mesh @mesh = <["batch"=2, "model"=4]>
+  func.func @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}) -> (tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model":(1)2}, {}]>}) {
+    return %arg0 : tensor<8x16xf32>
+  }
+}"""
+    module = ir.parse(text)
+    ctx = PassContext()
+    PassManager(parse_pipeline("shardy-propagate, collect-collectives"), ctx).run(module)
+    (c,) = ctx.facts.collectives
+    assert c.kind == "all_gather" and c.axes == ("model",)
+    assert c.group_size == 2
+    assert c.in_local_shape == (2, 16) and c.out_local_shape == (4, 16)

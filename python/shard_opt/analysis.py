@@ -12,7 +12,7 @@ import re
 
 from shard_opt import ir
 from shard_opt.facts import Collective, ModuleFacts, OpWork, dtype_bytes
-from shard_opt.sharding import Mesh, TensorSharding
+from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
 
 SDY_COLLECTIVES = {
     "sdy.all_reduce": "all_reduce",
@@ -173,16 +173,15 @@ def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) 
         outs = out_s.axis_names() if out_s else []
         axes = sorted({a for d in ins + outs for a in d if (d in ins) != (d in outs)} or
                       {a for d in ins for a in d})
-    else:
-        texts = [str(op.attributes[k]) for k in _attr_names(op) if k != "out_sharding" and not k.startswith("shard_opt.")]
-        axes = []
-        for t in texts:
-            for a in re.findall(r'"([^"]+)"', t):
-                if a not in axes:
-                    axes.append(a)
+        refs = [AxisRef(a) for a in axes]
+    else:  # the axes the op's own attributes name (sub-axes keep their size)
+        refs = list(dict.fromkeys(
+            r for k in _attr_names(op) if k != "out_sharding" and not k.startswith("shard_opt.")
+            for r in parse_axis_refs(str(op.attributes[k]))
+        ))
+        axes = list(dict.fromkeys(r.name for r in refs))
     m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
-    sizes = dict(zip(m.axes, m.shape))
-    group = math.prod(sizes.get(a, 1) for a in axes)
+    group = math.prod(r.length(m) for r in refs if r.name in m.axes)
     producer = operand.owner.name if hasattr(operand.owner, "name") and not _is_block(operand.owner) else "argument"
     consumers = sorted({u.owner.name for u in op.results[0].uses}) if hasattr(op.results[0], "uses") else []
     consumer = consumers[0] if consumers else "the consumer"

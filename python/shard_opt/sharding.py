@@ -111,6 +111,11 @@ class AxisRef:
         return f'"{self.name}":({self.pre}){self.size}'
 
 
+def parse_axis_refs(text: str) -> list[AxisRef]:
+    """Every axis or sub-axis named in ``text``, in order: ``{"model":(2)2}`` -> [model:(2)2]."""
+    return [AxisRef(n, int(pre), int(size)) if size else AxisRef(n) for n, pre, size in _SUBAXIS.findall(text)]
+
+
 @dataclass(frozen=True)
 class TensorSharding:
     """Per-dimension mesh axes of one tensor; ``()`` is a replicated dim.
@@ -152,11 +157,7 @@ class TensorSharding:
         for i, dim in enumerate(re.findall(r"\{([^}]*)\}", body)):
             if "?" in dim:
                 open_dims.add(i)
-            axes = []
-            for am in _SUBAXIS.finditer(dim):
-                name, pre, size = am.group(1), am.group(2), am.group(3)
-                axes.append(AxisRef(name, int(pre), int(size)) if size else AxisRef(name))
-            dims.append(tuple(axes))
+            dims.append(tuple(parse_axis_refs(dim)))
         return TensorSharding(tuple(dims), mesh_name, frozenset(open_dims))
 
     @property
