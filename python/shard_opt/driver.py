@@ -158,7 +158,7 @@ def _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts) 
     out["megatron"]["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
     # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
-    h_scorer = make_scorer(model, mesh, system, heuristic)
+    h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
     ag = autoshard_groups(model, mesh)
     res = search(model, meshes, system, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
                  groups=ag, exhaustive_limit=1500)

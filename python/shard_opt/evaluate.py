@@ -10,6 +10,7 @@ evaluation.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import os
@@ -102,7 +103,12 @@ def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
 
 
 class Evaluator:
-    """Evaluates candidates of one model on one mesh, with a memo."""
+    """Evaluates candidates of one model on one mesh.
+
+    Two memos: the facts of each candidate (what Shardy produced: the expensive part)
+    and its score under this evaluator's cost model. ``with_cost_model`` gives a view
+    that shares the facts, so a baseline priced by another model re-propagates nothing.
+    """
 
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
                  result_shardings: dict | None = None):
@@ -111,11 +117,16 @@ class Evaluator:
         self.system = system
         self.cost_model = cost_model
         self.result_shardings = result_shardings or {}
+        self.facts_memo: dict[tuple, ModuleFacts] = {}
         self.memo: dict[tuple, Score] = {}
-        self.evaluations = 0
-        self.seconds = 0.0  # time spent in ``run`` in this process
+        self.stats = {"evaluations": 0, "seconds": 0.0}  # in this process, shared by views
         self.uid = f"{os.getpid()}-{next(_UIDS)}"
         ir.parse(model.text, filename=model.name)  # fail early, with the file name
+
+    def with_cost_model(self, cost_model) -> "Evaluator":
+        view = copy.copy(self)
+        view.cost_model, view.memo = cost_model, {}
+        return view
 
     def spec(self) -> tuple:
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
@@ -124,46 +135,55 @@ class Evaluator:
 
     @property
     def seconds_each(self) -> float | None:
-        return self.seconds / self.evaluations if self.evaluations else None
+        n = self.stats["evaluations"]
+        return self.stats["seconds"] / n if n else None
 
-    def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
+    def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
+        """Run the pipeline on a fresh copy of the module: (facts, propagated text or None)."""
         t0 = time.perf_counter()
         module = ir.parse(self.model.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings)
         passes = [AddMesh(), ApplyShardings(), ShardyPropagate(), CollectCollectives(annotate=keep_ir)]
         PassManager(passes, ctx).run(module)
-        cost = self.cost_model.price(ctx.facts, self.system)
         text = ir.print_module(module) if keep_ir else None
-        self.evaluations += 1
-        self.seconds += time.perf_counter() - t0
-        return Evaluation(shardings, cost, ctx.facts, text)
+        self.stats["evaluations"] += 1
+        self.stats["seconds"] += time.perf_counter() - t0
+        return ctx.facts, text
+
+    def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
+        facts, text = self.propagate(shardings, keep_ir=keep_ir)
+        return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text)
+
+    def facts(self, groups: list[Group], assignment: tuple[int, ...]) -> ModuleFacts:
+        key = memo_key(groups, assignment)
+        if key not in self.facts_memo:
+            self.facts_memo[key] = self.propagate(shardings_for(self.model, groups, assignment))[0]
+        return self.facts_memo[key]
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
         key = memo_key(groups, assignment)
         if key not in self.memo:
-            self.memo[key] = self.run(shardings_for(self.model, groups, assignment)).score
+            facts = self.facts(groups, assignment)
+            self.memo[key] = Score.of(self.cost_model.price(facts, self.system), facts)
         return self.memo[key]
 
     def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
-        """Scores of many candidates, the new ones evaluated in parallel."""
+        """Scores of many candidates; the ones never propagated run in parallel."""
         todo = {}
         for a in assignments:
             key = memo_key(groups, a)
-            if key not in self.memo and key not in todo:
+            if key not in self.facts_memo and key not in todo:
                 todo[key] = tuple(a)
         if todo and self.seconds_each is None:  # time one in-process first
             key, a = next(iter(todo.items()))
-            self.memo[key] = self.run(shardings_for(self.model, groups, a)).score
+            self.facts(groups, a)
             del todo[key]
-        spec = self.spec()
-        results = parallel.run_batch([("score", spec, groups, a) for a in todo.values()], self.seconds_each)
-        if results is None:
-            for key, a in todo.items():
-                self.memo[key] = self.run(shardings_for(self.model, groups, a)).score
-        else:
-            self.memo.update(zip(todo, results))
-        return [self.memo[memo_key(groups, a)] for a in assignments]
+        results = parallel.run_batch([("facts", self.spec(), groups, a) for a in todo.values()],
+                                     self.seconds_each)
+        if results is not None:
+            self.facts_memo.update(zip(todo, results))
+        return [self.score(groups, a) for a in assignments]
 
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
         results = parallel.run_batch([("probe", self.spec(), groups, m) for m in moves], self.seconds_each)
@@ -207,12 +227,12 @@ class LayeredEvaluator:
         self.e1, self.e2, self.layers = short1, short2, num_layers
         self.memo: dict[tuple, Score] = {}
 
-    @property
-    def evaluations(self) -> int:
-        return self.e1.evaluations + self.e2.evaluations
-
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
         return self.e1.probe_many(groups, moves)
+
+    def with_cost_model(self, cost_model) -> "LayeredEvaluator":
+        return LayeredEvaluator(self.e1.with_cost_model(cost_model), self.e2.with_cost_model(cost_model),
+                                self.layers)
 
     def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
         self.e1.score_many(groups, assignments)

@@ -116,11 +116,11 @@ def _evaluator(spec):
 
 
 def work(task):
-    """One task: ("score", spec, groups, assignment) or ("probe", spec, groups, (gi, o))."""
+    """One task: ("facts", spec, groups, assignment) or ("probe", spec, groups, (gi, o))."""
     kind, spec, groups, arg = task
     ev = _evaluator(spec)
-    if kind == "score":
-        return ev.score(groups, arg)
+    if kind == "facts":
+        return ev.facts(groups, arg)
     return ev.probe(groups, *arg)
 
 
