@@ -1,0 +1,79 @@
+"""Frontends: turn what the user has into a ``LoweredModel`` (StableHLO + named arguments).
+
+``load(INPUT)`` dispatches on INPUT:
+
+* ``zoo:NAME``  -- a bundled architecture at full size, no weights (``zoo.list_models()``);
+* ``*.py``      -- a load script: ``load_model()`` + ``load_inputs()``, or a ``ModelLoader``
+  class with those methods (tt-forge-models' contract), lowered by ``torch_frontend``;
+* ``*.mlir``    -- StableHLO text, ``-`` for stdin (``mlir_frontend``).
+
+JAX functions are lowered from Python with ``jax_frontend.lower_jax(fn, *args)``.
+Every error is a ``shard_opt.errors.UserError`` of one line: what, where, what to do.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shard_opt.errors import UserError
+from shard_opt.lowered import LoweredModel
+
+PHASES = ("prefill", "decode")
+DTYPES = ("bf16", "f32", "f16")
+
+
+def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
+         phase: str = "prefill", dtype: str = "bf16") -> LoweredModel:
+    """Lower INPUT to a ``LoweredModel``.
+
+    Args:
+      input: ``zoo:NAME``, a ``.py`` load script, a ``.mlir`` file, or ``-`` (stdin).
+      layers: keep this many repeated blocks (load scripts and zoo models).
+      batch, seq_len: prefill token inputs are ``[batch, seq_len]``; decode is one token
+        per sequence against a KV cache of ``seq_len`` positions.
+      phase: ``prefill`` or ``decode`` (decode: causal LMs only).
+      dtype: ``bf16`` (default), ``f32`` or ``f16`` for parameters and activations.
+
+    ``.mlir`` input is taken as written: ``layers`` and ``phase=decode`` are errors for it,
+    ``batch``/``seq_len``/``dtype`` do not apply.
+    """
+    if phase not in PHASES:
+        raise UserError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if batch < 1 or seq_len < 1:
+        raise UserError(f"--batch {batch} / --seq-len {seq_len}: both must be at least 1")
+    if layers is not None and layers < 1:
+        raise UserError(f"--layers {layers}: must be at least 1")
+    if input.startswith("zoo:"):
+        from shard_opt.frontends.zoo import load_zoo
+
+        return load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+    ext = os.path.splitext(input)[1].lower()
+    if input == "-" or ext == ".mlir":
+        if layers is not None:
+            raise UserError(f"{input}: --layers applies to load scripts and zoo models, not to .mlir input; "
+                            f"drop --layers")
+        if phase == "decode":
+            raise UserError(f"{input}: --phase decode applies to load scripts and zoo models; a .mlir "
+                            f"module is analysed as written")
+        from shard_opt.frontends.mlir_frontend import load_mlir
+
+        return load_mlir(input)
+    if ext == ".py":
+        from shard_opt.frontends.torch_frontend import load_script
+
+        return load_script(input, layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+    if not os.path.exists(input):
+        raise UserError(f"{input}: no such file; give a .py load script, a .mlir file, '-' or zoo:NAME")
+    raise UserError(f"{input}: unknown input type {ext or '(no extension)'!r}; give a .py load script, "
+                    f"a .mlir file, '-' (stdin) or zoo:NAME")
+
+
+def list_models() -> list[str]:
+    from shard_opt.frontends.zoo import list_models as _lm
+
+    return _lm()
+
+
+__all__ = ["load", "list_models", "PHASES", "DTYPES"]

@@ -1,0 +1,130 @@
+"""Hugging Face specifics: prefill inputs of text models and the decode formulation.
+
+Decode (``--phase decode``) is one new token against a KV cache of ``seq_len``
+positions. The cache is handed in as explicit ``@main`` arguments, one key and one
+value tensor per layer (``[batch, kv_heads, seq_len, head_dim]``, kind ``cache``),
+named ``past_key_values.<layer>.key`` / ``.value`` -- so a plan can shard it as tt-xla's
+Llama example does (``(None, "model", None, None)``, references/tenstorrent.md §5).
+
+How the cache reaches the model (checked with transformers 5.24 + torch.export): the
+exported forward builds a ``DynamicCache`` from the input tensors
+(``DynamicCache(ddp_cache_data=[(k, v), ...], config=...)``) and calls the model with
+``cache=`` (``past_key_values=`` in older transformers) and ``use_cache=True``; the
+layers append the new token with ``torch.cat`` and attend over ``seq_len + 1``
+positions. Only the logits are returned: the updated cache is not a result, so the
+module prices the attention over the cache but not a write-back (on device the cache
+stays where it is, sharded, so the write-back of one token costs no collective).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+from shard_opt.errors import UserError
+
+
+def hf_config(model: nn.Module):
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "to_dict"):
+        return None
+    return cfg
+
+
+def _forward_params(model: nn.Module) -> set[str]:
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def cache_kwarg(model: nn.Module) -> str | None:
+    """Name of forward's KV-cache argument (``cache`` in transformers 5.24)."""
+    params = _forward_params(model)
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return None
+
+
+def text_config(model: nn.Module):
+    cfg = hf_config(model)
+    if cfg is None:
+        return None
+    try:
+        return cfg.get_text_config(decoder=True)
+    except Exception:
+        return cfg
+
+
+def adapt_prefill(prog, *, batch: int, seq_len: int) -> None:
+    """Prefill of an HF text model: ``use_cache=False``; token inputs resized to [batch, seq_len].
+
+    A load script's sample tokens (often a handful from a tokenizer) are replaced by
+    zeros of ``[batch, seq_len]`` when every input is a 2-D integer tensor of one shape
+    (``input_ids``, ``attention_mask``, ``token_type_ids``), so ``--batch``/``--seq-len``
+    mean the same for scripts and the zoo. Other inputs (images, latents) are kept.
+    """
+    model = prog.model
+    cfg = text_config(model)
+    if cfg is None:
+        return
+    if "use_cache" in _forward_params(model) and "use_cache" not in prog.kwargs:
+        prog.kwargs["use_cache"] = False
+    if getattr(cfg, "vocab_size", None) is None:
+        return
+    shapes = {tuple(x.shape) for x in prog.inputs}
+    if prog.inputs and len(shapes) == 1 and all(x.dim() == 2 and not x.is_floating_point() for x in prog.inputs):
+        new = []
+        for n, x in zip(prog.input_names, prog.inputs):
+            fill = 1 if n == "attention_mask" else 0
+            new.append(torch.full((batch, seq_len), fill, dtype=x.dtype))
+        prog.inputs = new
+        prog.meta["inputs_resized"] = f"token inputs set to [{batch}, {seq_len}] (--batch/--seq-len)"
+
+
+def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.dtype, where: str):
+    """A ``TorchProgram`` for one decode step of an HF causal LM (see module docstring)."""
+    from shard_opt.frontends.torch_frontend import TorchProgram
+
+    cfg = text_config(model)
+    kw = cache_kwarg(model)
+    if cfg is None or kw is None or getattr(cfg, "vocab_size", None) is None:
+        raise UserError(
+            f"{where}: --phase decode needs a Hugging Face causal LM (a model with .config and a "
+            f"forward taking a KV cache); use --phase prefill for this model"
+        )
+    from transformers import DynamicCache
+
+    n_layers = getattr(cfg, "num_hidden_layers", None) or len(_decoder_layers(model))
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    ids = torch.zeros((batch, 1), dtype=torch.long)
+    inputs, names, kinds = [ids], ["input_ids"], ["input"]
+    for i in range(n_layers):
+        for part in ("key", "value"):
+            inputs.append(torch.empty((batch, kv_heads, seq_len, head_dim), dtype=dtype, device="meta"))
+            names.append(f"past_key_values.{i}.{part}")
+            kinds.append("cache")
+
+    def forward(m, input_ids, *kv):
+        pairs = [(kv[2 * i], kv[2 * i + 1]) for i in range(len(kv) // 2)]
+        cache = DynamicCache(ddp_cache_data=pairs, config=m.config)
+        out = m(input_ids=input_ids, use_cache=True, **{kw: cache})
+        return out.logits if hasattr(out, "logits") else out[0]
+
+    return TorchProgram(model, inputs, names, input_kinds=kinds, forward=forward,
+                        meta={"cache_layout": "[batch, kv_heads, seq_len, head_dim] per layer, key and value",
+                              "cache_len": seq_len})
+
+
+def _decoder_layers(model: nn.Module):
+    from shard_opt.frontends.torch_frontend import find_repeated_blocks
+
+    found = find_repeated_blocks(model)
+    if found is None:
+        raise UserError("--phase decode: cannot find the model's decoder layers")
+    return found[1]

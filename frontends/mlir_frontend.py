@@ -1,0 +1,168 @@
+"""``.mlir`` text (a file or stdin) -> ``LoweredModel``; and the argument-name attributes.
+
+Argument names and kinds travel inside the module as argument attributes that only
+shard-opt reads::
+
+    func.func @main(%arg0: tensor<256x64xf32> {shard_opt.kind = "param", shard_opt.name = "fc1.weight"}, ...)
+
+Every frontend writes them (``annotate_arguments``), so a module written out with
+``-o`` and read back keeps its names; Shardy ignores them (propagation and explicit
+collectives work with them present, tests/test_frontends.py checks it).
+
+Reading a module, for each ``@main`` argument:
+
+* name: ``shard_opt.name`` if present; else the argument's name location, which is
+  how JAX records pytree paths (``loc("params['dense']['kernel']")`` with
+  ``as_text(debug_info=True)``), written as a dotted path (``params.dense.kernel``);
+  else ``%argN``.
+* kind: ``shard_opt.kind`` if present; else from the name: ``past_key_values`` /
+  ``cache`` -> ``cache``; a name under ``params`` or ending in ``.weight``, ``.bias``,
+  ``.kernel``, ``.scale``, ``.embedding`` -> ``param``; ``inv_freq``,
+  ``running_mean``/``running_var`` -> ``buffer``; anything else, including every
+  unnamed ``%argN``, -> ``input``. Unnamed arguments are *not* guessed to be weights
+  from their rank: an activation is rank >= 2 too, and calling it a weight would let
+  the search split it "for free".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+from shard_opt import ir
+from shard_opt.errors import UserError
+from shard_opt.lowered import ARG_KINDS, Argument, LoweredModel
+
+NAME_ATTR = "shard_opt.name"
+KIND_ATTR = "shard_opt.kind"
+
+_PARAM_SUFFIX = (".weight", ".bias", ".kernel", ".scale", ".embedding", ".gate_up_proj", ".down_proj")
+_BUFFER_SUFFIX = ("inv_freq", "running_mean", "running_var", "num_batches_tracked")
+
+
+def path_to_dotted(text: str) -> str:
+    """``params['dense']['kernel']`` / ``x[0].w`` -> ``params.dense.kernel`` / ``x.0.w``."""
+    s = re.sub(r"\[['\"]([^'\"]*)['\"]\]", r".\1", text)
+    s = re.sub(r"\[(\d+)\]", r".\1", s)
+    return s.strip(".")
+
+
+def kind_from_name(name: str | None) -> str:
+    if not name or name.startswith("%arg"):
+        return "input"
+    low = name.lower()
+    if "past_key_values" in low or low.startswith("cache") or ".cache" in low or "kv_cache" in low:
+        return "cache"
+    if low.endswith(_BUFFER_SUFFIX):
+        return "buffer"
+    if low.startswith("params.") or low.endswith(_PARAM_SUFFIX):
+        return "param"
+    return "input"
+
+
+def _arg_attr_dicts(func) -> list[dict]:
+    irm = ir.ir()
+    n = len(func.regions[0].blocks[0].arguments)
+    out = [dict() for _ in range(n)]
+    if "arg_attrs" in func.attributes:
+        for i, a in enumerate(func.attributes["arg_attrs"]):
+            d = irm.DictAttr(a)
+            out[i] = {d[j].name: d[j].attr for j in range(len(d))}
+    return out
+
+
+def arguments_of(module, *, where: str = "<input>") -> list[Argument]:
+    """Arguments of ``@main`` with names and kinds recovered as the module docstring says."""
+    irm = ir.ir()
+    func = ir.main_func(module)
+    attrs = _arg_attr_dicts(func)
+    args = []
+    with module.context:
+        for i, barg in enumerate(func.regions[0].blocks[0].arguments):
+            tt = ir.tensor_type(barg.type)
+            shape, dtype = tt if tt else ((), str(barg.type))
+            a = attrs[i]
+            name = None
+            if NAME_ATTR in a:
+                name = irm.StringAttr(a[NAME_ATTR]).value
+            else:
+                loc = barg.location
+                if isinstance(loc, irm.NameLoc):
+                    name = path_to_dotted(loc.name_str) or None
+            name = name or f"%arg{i}"
+            kind = None
+            if KIND_ATTR in a:
+                kind = irm.StringAttr(a[KIND_ATTR]).value
+                if kind not in ARG_KINDS:
+                    raise UserError(f"{where}: argument {i} has {KIND_ATTR} = {kind!r}; use one of "
+                                    f"{', '.join(ARG_KINDS)}")
+            args.append(Argument(i, name, kind or kind_from_name(name), tuple(int(s) for s in shape), dtype))
+    return args
+
+
+def annotate_arguments(text: str, arguments: list[Argument], *, where: str = "<module>") -> str:
+    """Return ``text`` with ``shard_opt.name``/``shard_opt.kind`` on every ``@main`` argument.
+
+    Also checks that ``arguments`` matches ``@main`` (count, shapes): a mismatch is a
+    frontend bug, reported as such.
+    """
+    irm = ir.ir()
+    module = ir.parse(text, filename=where)
+    func = ir.main_func(module)
+    block_args = func.regions[0].blocks[0].arguments
+    if len(block_args) != len(arguments):
+        raise RuntimeError(f"{where}: @main has {len(block_args)} arguments but the frontend named "
+                           f"{len(arguments)}")
+    attrs = _arg_attr_dicts(func)
+    with module.context:
+        for a, barg in zip(arguments, block_args):
+            tt = ir.tensor_type(barg.type)
+            if tt is not None and tuple(tt[0]) != tuple(a.shape):
+                raise RuntimeError(f"{where}: argument {a.index} ({a.name}) is {tt[0]} in the module but "
+                                   f"{a.shape} in the frontend's list")
+        new = []
+        for i, a in enumerate(arguments):
+            d = dict(attrs[i])
+            d[NAME_ATTR] = irm.StringAttr.get(a.name)
+            d[KIND_ATTR] = irm.StringAttr.get(a.kind)
+            new.append(irm.DictAttr.get(d))
+        func.attributes["arg_attrs"] = irm.ArrayAttr.get(new)
+    return ir.print_module(module)
+
+
+def strip_annotations(text: str) -> str:
+    """``text`` without shard-opt's argument-name attributes (for output that must not carry them)."""
+    irm = ir.ir()
+    module = ir.parse(text)
+    func = ir.main_func(module)
+    attrs = _arg_attr_dicts(func)
+    with module.context:
+        new = [irm.DictAttr.get({k: v for k, v in d.items() if k not in (NAME_ATTR, KIND_ATTR)}) for d in attrs]
+        func.attributes["arg_attrs"] = irm.ArrayAttr.get(new)
+    return ir.print_module(module)
+
+
+def load_mlir_text(text: str, *, name: str, where: str) -> LoweredModel:
+    """Validate ``text`` (parse, find ``@main``) and read its arguments. The text is kept as given."""
+    if not text.strip():
+        raise UserError(f"{where}: empty input; give a StableHLO module")
+    module = ir.parse(text, filename=where)
+    args = arguments_of(module, where=where)
+    layers = {a.layer for a in args if a.layer is not None}
+    return LoweredModel(name=name, text=text, arguments=args, source="mlir",
+                        num_layers=(max(layers) + 1) if layers else None)
+
+
+def load_mlir(path: str) -> LoweredModel:
+    """A ``.mlir`` file, or ``-`` for stdin."""
+    if path == "-":
+        return load_mlir_text(sys.stdin.read(), name="stdin", where="<stdin>")
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file; check the path")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: cannot read: {e}") from None
+    return load_mlir_text(text, name=os.path.splitext(os.path.basename(path))[0], where=path)

@@ -1,0 +1,272 @@
+"""Rewrites applied to a PyTorch model before torch-mlir lowers it: one table.
+
+torch-mlir 20261001 cannot lower some ops PyTorch models use (references/toolchain.md,
+"Ops torch-mlir 20261001 cannot lower"), and Hugging Face's mixture-of-experts layers
+do not export at all. Users' scripts say ``interpolate`` and ``MixtralSparseMoeBlock``,
+so the frontend rewrites them here instead of asking the user to.
+
+Two kinds of entries:
+
+* ``DECOMPOSITIONS``: ATen op -> a function in simpler ATen ops. They run through
+  ``ExportedProgram.run_decompositions`` together with torch-mlir's own table (ours
+  win), so they apply however the script called the op (``F.interpolate``,
+  ``nn.Upsample``, a subclass such as diffusers' ``WanUpsample``).
+* ``MODULE_REWRITES``: (predicate on a module, replacement ``forward``). The
+  replacement is set on the instance for the duration of the export, so parameter
+  names (FQNs) do not change: a plan found on the rewritten graph applies to the
+  user's model as written.
+
+Every entry says what it fixes and why in ``REWRITE_TABLE`` (shown by ``--describe``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import types
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class RewriteEntry:
+    """One row of the rewrite table.
+
+    Attributes:
+      target: the op or module the rewrite replaces.
+      replacement: what it becomes.
+      why: the failure it avoids (with its source).
+    """
+
+    target: str
+    replacement: str
+    why: str
+
+
+# ---------------------------------------------------------------------------------
+# ATen decompositions
+# ---------------------------------------------------------------------------------
+
+def _integer_scales(in_sizes, output_size, scale_factors):
+    """Per spatial dim, the integer upsampling factor, or None if one is not integral."""
+    if output_size is not None:
+        out = list(output_size)
+    else:
+        out = [math.floor(s * f) for s, f in zip(in_sizes, scale_factors)]
+    scales = []
+    for i, o in zip(in_sizes, out):
+        if i == 0 or o % i:
+            return None, out
+        scales.append(o // i)
+    return scales, out
+
+
+def _upsample_nearest(x, output_size, scale_factors, exact: bool):
+    """Nearest (or nearest-exact) upsampling as broadcast + reshape.
+
+    For an integer factor ``s`` both modes pick source index ``i // s``
+    (nearest: ``floor(i / s)``; nearest-exact: ``floor((i + 0.5) / s)``, equal for
+    integer ``s``), which is ``x.unsqueeze(d + 1).expand(..., s, ...).reshape``. A
+    non-integer factor falls back to index_select with constant indices (a gather).
+    """
+    spatial = x.shape[2:]
+    scales, out = _integer_scales(spatial, output_size, scale_factors)
+    if scales is not None:
+        y = x
+        for d, s in enumerate(scales):
+            if s == 1:
+                continue
+            dim = 2 + d
+            y = y.unsqueeze(dim + 1)
+            shape = list(y.shape)
+            shape[dim + 1] = s
+            y = y.expand(shape)
+            merged = list(y.shape[:dim]) + [y.shape[dim] * s] + list(y.shape[dim + 2:])
+            y = y.reshape(merged)
+        return y
+    y = x
+    offset = 0.5 if exact else 0.0
+    for d, (i, o) in enumerate(zip(spatial, out)):
+        # torch/_decomp's _compute_upsample_nearest_indices: float32 arange, truncate
+        scale = i / (i * scale_factors[d]) if scale_factors is not None else i / o
+        idx = ((torch.arange(o, dtype=torch.float32) + offset) * scale).to(torch.int64).clamp(max=i - 1)
+        y = torch.index_select(y, 2 + d, idx)
+    return y
+
+
+def _make_upsample(rank: int, exact: bool, variant: str):
+    def vec(x, output_size, scale_factors):
+        sf = list(scale_factors) if scale_factors is not None else None
+        if sf is not None and len(sf) == 1 and rank > 1:
+            sf = sf * rank
+        return _upsample_nearest(x, output_size, sf, exact)
+
+    def default(x, output_size, *scales):
+        sf = [s for s in scales if s is not None] or None
+        if sf is not None and len(sf) != rank:
+            sf = None
+        return _upsample_nearest(x, None if sf else output_size, sf, exact)
+
+    return vec if variant == "vec" else default
+
+
+def _slice_scatter(inp, src, dim=0, start=None, end=None, step=1):
+    """``slice_scatter`` with ``step > 1`` as narrow + unflatten + cat (no scatter).
+
+    torch-mlir 20261001 aborts with ``std::bad_alloc`` lowering a strided
+    ``slice_scatter`` (seen here on diffusers' Wan rotary embedding,
+    ``out[..., 0::2] = ...``). The strided positions ``start + step * i`` are slot 0 of
+    an ``[M, step]`` view of the covered range: put ``src`` there, keep the other slots,
+    splice the range back. ``step == 1`` is left to torch-mlir (it lowers).
+    """
+    if step == 1:
+        return NotImplemented
+    dim = dim % inp.dim()
+    n = inp.shape[dim]
+    start = 0 if start is None else (start + n if start < 0 else start)
+    start = max(0, min(start, n))
+    m = src.shape[dim]
+    if m == 0:
+        return inp.clone()
+    span = m * step
+    avail = n - start
+    region = inp.narrow(dim, start, min(span, avail))
+    if span > avail:  # pad the tail so the range reshapes to [m, step]
+        pad_shape = list(inp.shape)
+        pad_shape[dim] = span - avail
+        region = torch.cat([region, inp.new_zeros(pad_shape)], dim=dim)
+    shape = list(region.shape)
+    grid = region.reshape(shape[:dim] + [m, step] + shape[dim + 1:])
+    grid = torch.cat([src.unsqueeze(dim + 1), grid.narrow(dim + 1, 1, step - 1)], dim=dim + 1)
+    region = grid.reshape(shape).narrow(dim, 0, min(span, avail))
+    parts = []
+    if start > 0:
+        parts.append(inp.narrow(dim, 0, start))
+    parts.append(region)
+    tail = n - start - region.shape[dim]
+    if tail > 0:
+        parts.append(inp.narrow(dim, n - tail, tail))
+    return torch.cat(parts, dim=dim) if len(parts) > 1 else parts[0]
+
+
+def decompositions(fired: set | None = None) -> dict:
+    """ATen op -> decomposition, to merge over torch-mlir's table.
+
+    ``fired``: if given, the name of every op a decomposition actually rewrote is added
+    to it (so reports can say which rewrites a model needed).
+    """
+    aten = torch.ops.aten
+    table = {aten.slice_scatter.default: _slice_scatter}
+    for rank in (1, 2, 3):
+        for exact, base in ((False, f"upsample_nearest{rank}d"), (True, f"_upsample_nearest_exact{rank}d")):
+            packet = getattr(aten, base, None)
+            if packet is None:
+                continue
+            for variant in ("vec", "default"):
+                op = getattr(packet, variant, None)
+                if op is not None:
+                    table[op] = _make_upsample(rank, exact, variant)
+    if fired is not None:
+        table = {op: _recording(op, fn, fired) for op, fn in table.items()}
+    return table
+
+
+def _recording(op, fn, fired: set):
+    def run(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if out is not NotImplemented:
+            fired.add(str(op))
+        return out
+    return run
+
+
+# ---------------------------------------------------------------------------------
+# Module rewrites
+# ---------------------------------------------------------------------------------
+
+def _is_stacked_experts(m: torch.nn.Module) -> bool:
+    """transformers 5.x expert containers: ``gate_up_proj`` [E, 2I, H], ``down_proj`` [E, H, I].
+
+    Mixtral, Qwen2-MoE, Qwen3-MoE and others share this interface
+    (``forward(hidden_states, top_k_index, top_k_weights)``).
+    """
+    gu = m._parameters.get("gate_up_proj") if hasattr(m, "_parameters") else None
+    dn = m._parameters.get("down_proj") if hasattr(m, "_parameters") else None
+    return (
+        gu is not None and dn is not None and gu.dim() == 3 and dn.dim() == 3
+        and gu.shape[0] == dn.shape[0] and gu.shape[2] == dn.shape[1] and gu.shape[1] == 2 * dn.shape[2]
+    )
+
+
+def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """All experts on all tokens, combined with dense routing weights.
+
+    Static shapes (no data-dependent loop, no ``histc``), so torch.export and
+    torch-mlir accept it; the expert dim ``E`` of ``gate_up_proj`` / ``down_proj``
+    stays a tensor dim, so expert parallelism is a sharding of dim 0. The result
+    equals the sparse formulation (non-selected experts get weight 0); the matmul
+    FLOPs are ``E / top_k`` times the sparse model's (recorded in the model's meta).
+    """
+    num_experts = self.gate_up_proj.shape[0]
+    one_hot = F.one_hot(top_k_index, num_classes=num_experts).to(top_k_weights.dtype)  # [T, k, E]
+    routing = (one_hot * top_k_weights.unsqueeze(-1)).sum(dim=1)  # [T, E]
+    gate_up = torch.einsum("th,eoh->teo", hidden_states, self.gate_up_proj)
+    gate, up = gate_up.chunk(2, dim=-1)
+    inner = self.act_fn(gate) * up  # [T, E, I]
+    out = torch.einsum("tei,ehi->teh", inner, self.down_proj)  # [T, E, H]
+    return torch.einsum("teh,te->th", out, routing.to(out.dtype))
+
+
+MODULE_REWRITES: list[tuple[Callable[[torch.nn.Module], bool], Callable]] = [
+    (_is_stacked_experts, _dense_experts_forward),
+]
+
+REWRITE_TABLE = [
+    RewriteEntry(
+        "aten.upsample_nearest{1,2,3}d, aten._upsample_nearest_exact{1,2,3}d "
+        "(F.interpolate / nn.Upsample, mode nearest or nearest-exact)",
+        "unsqueeze + expand + reshape per spatial dim (integer factors); index_select otherwise",
+        "torch-mlir 20261001 fails with 'failed to legalize torch.constant.float' on "
+        "upsample_nearest2d (references/toolchain.md); nearest-exact otherwise becomes a gather",
+    ),
+    RewriteEntry(
+        "aten.slice_scatter with step > 1 (x[..., 0::2] = y)",
+        "narrow + reshape to [M, step] + cat (src in slot 0) + cat back",
+        "torch-mlir 20261001 aborts with std::bad_alloc on a strided slice_scatter "
+        "(diffusers Wan rotary embedding; seen here)",
+    ),
+    RewriteEntry(
+        "transformers stacked experts (MixtralExperts and kin: gate_up_proj [E,2I,H], down_proj [E,H,I])",
+        "dense formulation: all experts on all tokens, one-hot routing weights, einsums",
+        "HF routes through aten.histc (torch-mlir cannot legalize it) or a data-dependent "
+        "loop torch.export rejects (references/toolchain.md); dense keeps E as a shardable dim",
+    ),
+]
+
+
+@contextlib.contextmanager
+def module_rewrites(model: torch.nn.Module):
+    """Apply ``MODULE_REWRITES`` to ``model``'s submodules for the duration of the block.
+
+    Yields the list of ``(path, module class)`` that were rewritten.
+    """
+    patched = []
+    for path, m in model.named_modules():
+        for pred, fwd in MODULE_REWRITES:
+            if pred(m):
+                had = "forward" in m.__dict__
+                old = m.__dict__.get("forward")
+                m.forward = types.MethodType(fwd, m)
+                patched.append((m, had, old, path))
+                break
+    try:
+        yield [(p, type(m).__name__) for m, _, _, p in patched]
+    finally:
+        for m, had, old, _ in patched:
+            if had:
+                m.forward = old
+            else:
+                del m.__dict__["forward"]

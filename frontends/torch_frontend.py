@@ -1,0 +1,595 @@
+"""PyTorch -> StableHLO with every parameter and buffer as a named ``@main`` argument.
+
+Recipe (references/toolchain.md, "StableHLO from PyTorch" and "Full-size export
+without weights"):
+
+1. The model may live on the meta device. Each parameter is handed to the exported
+   function as a *zero-stride* CPU tensor: one element of storage expanded to the full
+   shape and dtype. torch.export only needs shapes, dtypes and strides, so Llama-3-70B
+   exports without allocating its weights. Buffers are passed as they are when real;
+   meta buffers become zeros (shapes are what the analysis needs; build the model on
+   CPU when numerics matter).
+2. A wrapper's ``forward(*params, *buffers, *inputs)`` calls
+   ``torch.func.functional_call(model, {fqn: tensor}, inputs)``. The model is kept out
+   of the wrapper's registered submodules so torch.export does not lift its state; the
+   argument order is the names list, which maps ``%argN`` to FQNs exactly as
+   ``named_parameters()`` / ``named_buffers()`` give them.
+3. ``torch.export.export`` (non-strict), then ``torch_mlir.fx.export_and_import`` with
+   ``output_type=STABLEHLO, func_name="main"`` and torch-mlir's decomposition table
+   merged with ours (``shard_opt.frontends.rewrites``).
+4. The module text is re-parsed with jaxlib (the IR the core uses) and every argument
+   gets ``{shard_opt.name = "<fqn>", shard_opt.kind = "<kind>"}`` so a module written
+   back out (``-o``) and read again keeps its names (``mlir_frontend`` reads them).
+
+Load scripts: ``load_model()`` returns an ``nn.Module`` (any device; meta is fine) and
+``load_inputs()`` a tuple (or list) of tensors, passed positionally and named after
+``forward``'s parameters (``input0``... when unknown). A single tensor, or a dict of
+tensors (what tt-forge-models loaders often return from a tokenizer), is accepted too;
+dict entries are passed by keyword under their keys. Floating inputs are cast to the
+chosen dtype. For Hugging Face text models, prefill token inputs are resized to
+``[batch, seq_len]`` and ``use_cache=False`` is passed (``hf.adapt_prefill``); decode
+builds its own inputs (``hf.decode_program``). ``--layers N`` cuts the largest
+``nn.ModuleList`` of identical blocks to its first N (and the config's layer count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from shard_opt.errors import UserError
+from shard_opt.lowered import Argument, LoweredModel
+
+DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "f16": torch.float16}
+TORCH_TO_MLIR = {
+    torch.bfloat16: "bf16", torch.float32: "f32", torch.float16: "f16", torch.float64: "f64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "ui8", torch.bool: "i1",
+}
+
+# Tensors up to this many elements are materialised as zeros; bigger ones zero-stride.
+_SMALL = 1 << 20
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    try:
+        return DTYPES[dtype]
+    except KeyError:
+        raise UserError(f"--dtype {dtype!r} is not supported; use one of: {', '.join(DTYPES)}") from None
+
+
+@dataclass
+class TorchProgram:
+    """A model plus how to call it: what a load script, the zoo or a wrapper produces.
+
+    Attributes:
+      model: the ``nn.Module`` (parameters may be on the meta device).
+      inputs: example input tensors, in call order.
+      input_names: one name per input (forward's parameter names when known).
+      input_kinds: ``input`` or ``cache`` per input.
+      keyword: per input, whether it is passed by keyword (its name) or positionally.
+      kwargs: constant keyword arguments (``use_cache=False``...).
+      forward: ``forward(model, *args, **kwargs)`` to call instead of ``model(...)``.
+      total_layers: repeated blocks of the full model (before ``--layers``).
+      num_layers: repeated blocks kept.
+      meta: extra facts for reports.
+    """
+
+    model: nn.Module
+    inputs: list
+    input_names: list[str]
+    input_kinds: list[str] | None = None
+    keyword: list[bool] | None = None
+    kwargs: dict = field(default_factory=dict)
+    forward: Callable | None = None
+    total_layers: int | None = None
+    num_layers: int | None = None
+    meta: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------
+# Weightless tensors
+# ---------------------------------------------------------------------------------
+
+def zero_stride(shape, dtype) -> torch.Tensor:
+    """A CPU tensor of ``shape`` backed by one element (all strides 0)."""
+    return torch.zeros((), dtype=dtype).expand(tuple(shape))
+
+
+def _stand_in(t: torch.Tensor, *, keep_real: bool) -> torch.Tensor:
+    if keep_real and t.device.type != "meta":
+        return t.detach()
+    if t.numel() <= _SMALL:
+        return torch.zeros(t.shape, dtype=t.dtype)
+    return zero_stride(t.shape, t.dtype)
+
+
+# ---------------------------------------------------------------------------------
+# Repeated blocks (--layers)
+# ---------------------------------------------------------------------------------
+
+def _block_signature(m: nn.Module):
+    return type(m), tuple((n, tuple(p.shape), p.dtype) for n, p in m.named_parameters())
+
+
+def find_repeated_blocks(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
+    """The ``ModuleList`` of identical blocks holding the most parameters, if any.
+
+    Identical: same class and same parameter names and shapes (a VAE's up-blocks of
+    different widths do not qualify).
+    """
+    best, best_score = None, -1
+    for path, m in model.named_modules():
+        if not isinstance(m, nn.ModuleList) or len(m) < 2:
+            continue
+        sig = _block_signature(m[0])
+        if not sig[1] or any(_block_signature(c) != sig for c in list(m)[1:]):
+            continue
+        score = len(m) * sum(p.numel() for p in m[0].parameters())
+        if score > best_score:
+            best, best_score = (path, m), score
+    return best
+
+
+def truncate_layers(model: nn.Module, layers: int, where: str) -> tuple[int, int]:
+    """Keep ``layers`` repeated blocks; returns (kept, total)."""
+    found = find_repeated_blocks(model)
+    if found is None:
+        raise UserError(
+            f"{where}: --layers {layers} given but the model has no list of repeated blocks "
+            f"(an nn.ModuleList of identical modules); drop --layers"
+        )
+    path, ml = found
+    total = len(ml)
+    if layers < 1 or layers > total:
+        raise UserError(f"{where}: --layers {layers} is out of range; '{path}' holds {total} blocks (use 1..{total})")
+    parent_path, _, attr = path.rpartition(".")
+    parent = model.get_submodule(parent_path) if parent_path else model
+    setattr(parent, attr, nn.ModuleList(list(ml)[:layers]))
+    cfg = getattr(model, "config", None)
+    if cfg is not None:
+        for key in ("num_hidden_layers", "n_layer", "num_layers"):
+            try:
+                if getattr(cfg, key, None) == total:
+                    setattr(cfg, key, layers)
+            except Exception:  # frozen configs (diffusers) keep their value; harmless
+                pass
+        lt = getattr(cfg, "layer_types", None)
+        if isinstance(lt, list) and len(lt) == total:
+            try:
+                cfg.layer_types = lt[:layers]
+            except Exception:
+                pass
+    return layers, total
+
+
+def cast_model(model: nn.Module, dtype: torch.dtype) -> None:
+    """Cast floating parameters and buffers to ``dtype`` (free on the meta device).
+
+    Honours ``_keep_in_fp32_modules`` (transformers and diffusers models list modules
+    that ``from_pretrained(torch_dtype=...)`` keeps in float32, e.g. Wan's ``rope``,
+    ``time_embedder``, norms), so byte counts match what a user's pipeline loads.
+    ``nn.Module.to`` is called directly: diffusers' override only adds a warning.
+    """
+    nn.Module.to(model, dtype)
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    if dtype != torch.float32 and keep:
+        for path, sub in model.named_modules():
+            if any(k in path.split(".") for k in keep):
+                nn.Module.to(sub, torch.float32)
+        for path, p in model.named_parameters():
+            if any(k in path.split(".") for k in keep) and p.dtype != torch.float32 and p.is_floating_point():
+                p.data = p.data.to(torch.float32)
+
+
+def count_layers(model: nn.Module) -> int | None:
+    found = find_repeated_blocks(model)
+    return len(found[1]) if found else None
+
+
+# ---------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------
+
+class _Adapter(nn.Module):
+    """Holds the model under ``m`` and calls ``forward(model, ...)`` or the model itself."""
+
+    def __init__(self, model: nn.Module, fn: Callable | None):
+        super().__init__()
+        self.m = model
+        self._fn = fn
+
+    def forward(self, *args, **kwargs):
+        if self._fn is None:
+            return self.m(*args, **kwargs)
+        return self._fn(self.m, *args, **kwargs)
+
+
+class _Exported(nn.Module):
+    """``forward(*state, *inputs)``: functional_call with the state as arguments."""
+
+    def __init__(self, adapter: _Adapter, state_names, n_positional: int, kw_names, kwargs):
+        super().__init__()
+        object.__setattr__(self, "_adapter", adapter)  # not a registered submodule
+        self._state_names = ["m." + n for n in state_names]
+        self._n_pos = n_positional
+        self._kw_names = list(kw_names)
+        self._kwargs = dict(kwargs)
+
+    def forward(self, *flat):
+        n = len(self._state_names)
+        state = dict(zip(self._state_names, flat[:n]))
+        ins = flat[n:]
+        args = tuple(ins[: self._n_pos])
+        kw = dict(self._kwargs)
+        kw.update(zip(self._kw_names, ins[self._n_pos:]))
+        out = torch.func.functional_call(self._adapter, state, args, kw)
+        leaves = [x for x in torch.utils._pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+        if not leaves:
+            raise UserError("the model's forward returned no tensors")
+        return tuple(leaves)
+
+
+@contextlib.contextmanager
+def _capture_stderr():
+    """Capture fd 2 (MLIR prints diagnostics there, not into the exception)."""
+    holder = {"text": ""}
+    try:
+        fd = os.dup(2)
+    except OSError:
+        yield holder
+        return
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield holder
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            tmp.seek(0)
+            holder["text"] = tmp.read().decode(errors="replace")
+
+
+_LEGALIZE = re.compile(r"failed to legalize operation '([^']+)'")
+# aten ops torch-mlir 20261001 is known not to lower to StableHLO (references/toolchain.md)
+_KNOWN_BAD = ("upsample_nearest", "_upsample_nearest_exact", "histc", "nonzero", "bincount")
+
+
+def _graph_culprit(ep) -> tuple[str, str] | None:
+    """(aten op, module path) of the first op in the graph known not to lower."""
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = str(node.target)
+        if any(k in name for k in _KNOWN_BAD):
+            stack = node.meta.get("nn_module_stack") or {}
+            path = ""
+            if stack:
+                path = list(stack.values())[-1][0]
+                path = re.sub(r"^(L\['self'\]\.)?", "", str(path))
+            return name, path
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else ""
+    return (line[:300] + "...") if len(line) > 300 else line
+
+
+def _signature_names(model: nn.Module) -> list[str]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def input_names_for(model: nn.Module, n: int) -> list[str]:
+    """forward's parameter names for ``n`` positional inputs (``input0``... otherwise)."""
+    sig = _signature_names(model)
+    names = [sig[i] if i < len(sig) else f"input{i}" for i in range(n)]
+    return names if len(set(names)) == n else [f"input{i}" for i in range(n)]
+
+
+def _owner_class(model: nn.Module, fqn: str) -> str:
+    owner = fqn.rpartition(".")[0]
+    try:
+        return type(model.get_submodule(owner) if owner else model).__name__
+    except AttributeError:
+        return type(model).__name__
+
+
+@dataclass
+class Traced:
+    """What ``trace_program`` hands the lowering step."""
+
+    ep: object
+    params: list
+    buffers: list
+    inputs: list
+    keyword: list
+    kinds: list
+    rewritten: list
+    seconds: float
+
+
+def trace_program(prog: TorchProgram, *, where: str, dtype: torch.dtype | None = None,
+                  count_flops: bool = False) -> tuple[Traced, tuple[dict, int] | None]:
+    """torch.export the program with its state as arguments; optionally count FLOPs while tracing.
+
+    Returns the trace and, with ``count_flops``, ``({module path: FLOPs}, total)`` from
+    ``FlopCounterMode`` (module paths relative to the model).
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from shard_opt.frontends import rewrites
+    from shard_opt.frontends.describe import flops_by_module  # registers the CPU SDPA formula
+
+    model = prog.model
+    params = list(model.named_parameters())
+    buffers = list(model.named_buffers())
+    state_names = [n for n, _ in params] + [n for n, _ in buffers]
+    state = [zero_stride(p.shape, p.dtype) for _, p in params]
+    state += [_stand_in(b, keep_real=True) for _, b in buffers]
+
+    inputs = []
+    for i, x in enumerate(prog.inputs):
+        if not isinstance(x, torch.Tensor):
+            raise UserError(f"{where}: input {i} ({prog.input_names[i]}) is a {type(x).__name__}, not a tensor; "
+                            f"load_inputs must return tensors")
+        if dtype is not None and x.is_floating_point() and x.dtype != dtype:
+            x = x.to(dtype) if x.device.type != "meta" else torch.empty(x.shape, dtype=dtype, device="meta")
+        inputs.append(_stand_in(x, keep_real=True))
+    keyword = list(prog.keyword or [False] * len(inputs))
+    n_pos = sum(1 for k in keyword if not k)
+    if keyword != sorted(keyword):
+        raise ValueError("positional inputs must come before keyword inputs")
+    kinds = list(prog.input_kinds or ["input"] * len(inputs))
+
+    counter = FlopCounterMode(display=False) if count_flops else contextlib.nullcontext()
+    t0 = time.perf_counter()
+    with rewrites.module_rewrites(model) as rewritten, torch.no_grad():
+        wrapper = _Exported(_Adapter(model, prog.forward), state_names, n_pos,
+                            prog.input_names[n_pos:], prog.kwargs)
+        try:
+            with counter:
+                ep = torch.export.export(wrapper, tuple(state + inputs), strict=False)
+        except UserError:
+            raise
+        except Exception as e:
+            raise UserError(
+                f"{where}: torch.export failed: {type(e).__name__}: {_first_line(e)}; make the forward "
+                f"traceable (no data-dependent Python control flow) or add a rewrite in "
+                f"shard_opt.frontends.rewrites"
+            ) from None
+    flops = None
+    if count_flops:
+        flops = flops_by_module(counter)
+    traced = Traced(ep, params, buffers, inputs, keyword, kinds, rewritten, time.perf_counter() - t0)
+    return traced, flops
+
+
+def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: str | None = None,
+                  source: str = "pytorch", script_path: str | None = None,
+                  describe: bool = True) -> LoweredModel:
+    """Lower a ``TorchProgram`` to a ``LoweredModel`` (see the module docstring)."""
+    from torch_mlir import fx
+    from torch_mlir.compiler_utils import OutputType
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from shard_opt.frontends import rewrites
+    from shard_opt.frontends.mlir_frontend import annotate_arguments
+
+    where = where or name
+    tdt = torch_dtype(dtype)
+    model = prog.model
+    model.eval()
+    cast_model(model, tdt)
+
+    tr, flops = trace_program(prog, where=where, dtype=tdt, count_flops=describe)
+
+    fired: set = set()
+    table = dict(get_decomposition_table())
+    table.update(rewrites.decompositions(fired))
+    t0 = time.perf_counter()
+    with _capture_stderr() as err:
+        try:
+            module = fx.export_and_import(tr.ep, output_type=OutputType.STABLEHLO, func_name="main",
+                                          decomposition_table=table)
+            failure = None
+        except Exception as e:  # TorchMlirCompilerError and kin
+            failure = e
+    if failure is not None:
+        raise _lowering_error(where, failure, err["text"], tr.ep, table) from None
+    text = str(module)
+    del module
+    t_lower = time.perf_counter() - t0
+
+    arguments = []
+    for n, p in tr.params:
+        arguments.append(Argument(len(arguments), n, "param", tuple(p.shape),
+                                  TORCH_TO_MLIR.get(p.dtype, str(p.dtype)), _owner_class(model, n)))
+    for n, b in tr.buffers:
+        arguments.append(Argument(len(arguments), n, "buffer", tuple(b.shape),
+                                  TORCH_TO_MLIR.get(b.dtype, str(b.dtype)), _owner_class(model, n)))
+    for n, x, k in zip(prog.input_names, tr.inputs, tr.kinds):
+        arguments.append(Argument(len(arguments), n, k, tuple(x.shape),
+                                  TORCH_TO_MLIR.get(x.dtype, str(x.dtype)), None))
+    text = annotate_arguments(text, arguments, where=where)
+
+    meta = dict(prog.meta)
+    meta.update({
+        "dtype": dtype, "export_seconds": round(tr.seconds, 3), "lower_seconds": round(t_lower, 3),
+        "rewrites": [f"{p} ({c})" for p, c in tr.rewritten],
+        "decompositions": sorted(fired),
+        "total_layers": prog.total_layers,
+        "param_count": sum(p.numel() for _, p in tr.params),
+        "inputs": {n: list(x.shape) for n, x in zip(prog.input_names, tr.inputs)},
+    })
+    arch = None
+    if describe:
+        from shard_opt.frontends.describe import architecture
+
+        arch = architecture(model, tr.inputs, flops=flops)
+        arch["rewrites"] = meta["rewrites"] + [f"{op} (decomposed)" for op in meta["decompositions"]]
+        meta["flops"] = arch["flops"]
+    return LoweredModel(name=name, text=text, arguments=arguments, source=source, script_path=script_path,
+                        num_layers=prog.num_layers, architecture=arch, meta=meta)
+
+
+def _lowering_error(where: str, e: BaseException, stderr: str, ep, table) -> UserError:
+    m = _LEGALIZE.search(stderr) or _LEGALIZE.search(str(e))
+    diag_op = m.group(1) if m else None
+    culprit = None
+    try:
+        culprit = _graph_culprit(ep.run_decompositions(table))
+    except Exception:
+        pass
+    if culprit:
+        op, path = culprit
+        loc = f" in module '{path}'" if path else ""
+        return UserError(
+            f"{where}: torch-mlir cannot lower {op}{loc} to StableHLO"
+            + (f" ('failed to legalize {diag_op}')" if diag_op else "")
+            + "; rewrite it in the script or add a decomposition to shard_opt.frontends.rewrites"
+        )
+    if diag_op:
+        return UserError(
+            f"{where}: torch-mlir cannot lower '{diag_op}' to StableHLO; rewrite the op that "
+            f"produces it in the script or add a decomposition to shard_opt.frontends.rewrites"
+        )
+    return UserError(f"{where}: torch-mlir lowering failed: {type(e).__name__}: {_first_line(e)}")
+
+
+# ---------------------------------------------------------------------------------
+# Load scripts
+# ---------------------------------------------------------------------------------
+
+def _run_user(where: str, what: str, fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except UserError:
+        raise
+    except SystemExit as e:
+        raise UserError(f"{where}: {what} called exit({e.code}); load scripts must return, not exit") from None
+    except BaseException as e:  # the user's code: report it, do not crash
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise UserError(f"{where}: {what} raised {type(e).__name__}: {_first_line(e)}; fix the script") from None
+
+
+def _import_script(path: str):
+    import importlib.util
+    import sys
+
+    name = "shard_opt_user_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    script_dir = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, script_dir)
+    try:
+        _run_user(path, "importing the script", spec.loader.exec_module, mod)
+    finally:
+        try:
+            sys.path.remove(script_dir)
+        except ValueError:
+            pass
+    return mod
+
+
+def _loader_from(mod, path: str):
+    """(load_model, load_inputs) callables from a script module."""
+    if callable(getattr(mod, "load_model", None)) and callable(getattr(mod, "load_inputs", None)):
+        return mod.load_model, mod.load_inputs
+    cls = getattr(mod, "ModelLoader", None)
+    if isinstance(cls, type):
+        if not (callable(getattr(cls, "load_model", None)) and callable(getattr(cls, "load_inputs", None))):
+            raise UserError(f"{path}: ModelLoader has no load_model/load_inputs methods; define both")
+        try:
+            sig = inspect.signature(cls)
+            needs = [p for p in sig.parameters.values()
+                     if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        except (TypeError, ValueError):
+            needs = []
+        if needs and needs[0].name == "variant":
+            obj = _run_user(path, "ModelLoader(variant=None)", cls, variant=None)
+        elif needs:
+            raise UserError(f"{path}: ModelLoader() needs arguments ({', '.join(p.name for p in needs)}); "
+                            f"give them defaults")
+        else:
+            obj = _run_user(path, "ModelLoader()", cls)
+        return obj.load_model, obj.load_inputs
+    raise UserError(f"{path}: defines neither load_model()/load_inputs() nor a ModelLoader class; "
+                    f"add them (load_model returns an nn.Module, load_inputs a tuple of tensors)")
+
+
+def _normalise_inputs(raw, model: nn.Module, path: str):
+    """(tensors, names, keyword flags) from what load_inputs returned."""
+    if isinstance(raw, torch.Tensor):
+        raw = (raw,)
+    if isinstance(raw, dict) or (hasattr(raw, "keys") and hasattr(raw, "__getitem__") and not isinstance(raw, (list, tuple))):
+        items = [(k, raw[k]) for k in raw.keys()]
+        bad = [k for k, v in items if not isinstance(v, torch.Tensor)]
+        if bad or not items:
+            raise UserError(f"{path}: load_inputs returned a dict whose values are not all tensors "
+                            f"({', '.join(map(str, bad)) or 'empty'}); return a tuple of tensors")
+        return [v for _, v in items], [str(k) for k, _ in items], [True] * len(items)
+    if isinstance(raw, (list, tuple)) and raw and all(isinstance(x, torch.Tensor) for x in raw):
+        return list(raw), input_names_for(model, len(raw)), [False] * len(raw)
+    got = type(raw).__name__
+    if isinstance(raw, (list, tuple)):
+        got = f"{got} of " + ", ".join(sorted({type(x).__name__ for x in raw}) or {"nothing"})
+    raise UserError(f"{path}: load_inputs returned {got}, not a tuple of tensors; return e.g. (input_ids,)")
+
+
+def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
+                phase: str = "prefill", dtype: str = "bf16") -> LoweredModel:
+    """Load a ``load_model``/``load_inputs`` (or ``ModelLoader``) script and lower it."""
+    from shard_opt.frontends import hf
+
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such load script; check the path")
+    torch_dtype(dtype)
+    mod = _import_script(path)
+    load_model, load_inputs = _loader_from(mod, path)
+    model = _run_user(path, "load_model()", load_model)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"{path}: load_model() returned {type(model).__name__}, not a torch.nn.Module; "
+                        f"return the model")
+    raw = _run_user(path, "load_inputs()", load_inputs)
+    tensors, names, keyword = _normalise_inputs(raw, model, path)
+
+    total = count_layers(model)
+    kept = total
+    if layers is not None:
+        kept, total = truncate_layers(model, layers, path)
+
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if phase == "decode":
+        prog = hf.decode_program(model, batch=batch, seq_len=seq_len, dtype=torch_dtype(dtype), where=path)
+    elif phase == "prefill":
+        prog = TorchProgram(model, tensors, names, keyword=keyword)
+        hf.adapt_prefill(prog, batch=batch, seq_len=seq_len)
+    else:
+        raise UserError(f"--phase {phase!r}: use prefill or decode")
+    prog.total_layers, prog.num_layers = total, kept
+    prog.meta.update({"phase": phase, "batch": batch, "seq_len": seq_len})
+    lowered = lower_program(prog, name=stem, dtype=dtype, where=path, source="pytorch", script_path=os.path.abspath(path))
+
+    def with_layers(k: int) -> LoweredModel:
+        return load_script(path, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+
+    if total:
+        lowered.with_layers = with_layers
+    return lowered
