@@ -148,6 +148,24 @@ def attr(text: str, context=None):
 # ---------------------------------------------------------------------------------
 # XLA on CPU: compile and run a StableHLO + sdy module on virtual devices.
 # ---------------------------------------------------------------------------------
+# An independent cross-check of a plan (references/toolchain.md, "Independent
+# cross-checks on CPU"): XLA's own Shardy partitioner compiles the annotated module
+# for N virtual CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=N, set
+# before jax initialises its backends), the executable runs on per-device shards, and
+# its optimized HLO shows which collectives XLA actually emits. ``shard_opt.verify``
+# builds the checks on these functions; nothing else here knows about plans.
+
+# Ops that only relabel a value's sharding: semantically the identity on the global
+# value, so an unsharded reference drops them (Shardy's global view; the explicit
+# collectives mark where data moves, not a change of the value).
+_SDY_IDENTITY_OPS = {
+    "sdy.sharding_constraint", "sdy.reshard", "sdy.all_reduce", "sdy.all_gather",
+    "sdy.all_slice", "sdy.reduce_scatter", "sdy.all_to_all", "sdy.collective_permute",
+    "sdy.propagation_barrier",
+}
+_SHARDING_ATTRS = ("sdy.sharding", "sdy.sharding_rule", "mhlo.sharding")
+_MODULE_PARTITION_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
+
 
 def xla_backend():
     """The CPU backend (needs XLA_FLAGS=--xla_force_host_platform_device_count=N)."""
@@ -156,8 +174,17 @@ def xla_backend():
     return xla_bridge.get_backend("cpu")
 
 
-def xla_compile(text: str, num_partitions: int):
-    """Compile module text with the Shardy partitioner on ``num_partitions`` CPU devices."""
+def xla_device_count() -> int:
+    return len(xla_backend().devices())
+
+
+def xla_compile(text: str, num_partitions: int, *, shardy: bool = True):
+    """Compile module text for ``num_partitions`` CPU devices, Shardy partitioner on.
+
+    Returns XLA's loaded executable. A compile failure raises ``PassError`` naming a
+    file that holds the module text.
+    """
+    import numpy as np
     from jax._src.lib import xla_client as xc
 
     backend = xla_backend()
@@ -165,18 +192,235 @@ def xla_compile(text: str, num_partitions: int):
     if len(devices) < num_partitions:
         raise UserError(
             f"need {num_partitions} CPU devices for XLA checks, have {len(devices)}: set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={num_partitions}"
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={num_partitions} before jax starts"
         )
     opts = xc.CompileOptions()
     build = opts.executable_build_options
     build.num_partitions = num_partitions
     build.num_replicas = 1
-    build.use_spmd_partitioning = True
-    build.use_shardy_partitioner = True
-    import numpy as np
-
+    build.use_spmd_partitioning = num_partitions > 1
+    build.use_shardy_partitioner = shardy
     build.device_assignment = xc.DeviceAssignment.create(
         np.arange(num_partitions).reshape(1, num_partitions)
     )
     dl = xc.DeviceList(tuple(devices[:num_partitions]))
-    return backend.compile_and_load(text, dl, opts)
+    try:
+        return backend.compile_and_load(text, dl, opts)
+    except Exception as e:
+        fd, path = tempfile.mkstemp(prefix="shard-opt-xla-", suffix=".mlir")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "unknown error")
+        raise PassError(
+            f"XLA failed to compile the module for {num_partitions} devices: {first} (repro: {path})",
+            repro_path=path,
+        ) from None
+
+
+def xla_optimized_hlo(executable) -> str:
+    """The optimized, SPMD-partitioned HLO text of a compiled executable."""
+    return "\n".join(m.to_string() for m in executable.hlo_modules())
+
+
+def _hlo_sharding(op_sharding):
+    from jax._src.lib import xla_client as xc
+
+    if op_sharding is None:
+        return xc.HloSharding.replicate()
+    hlo = op_sharding if isinstance(op_sharding, xc.HloSharding) else xc.HloSharding.from_proto(op_sharding)
+    return xc.HloSharding.v3_to_v2_sharding(hlo)
+
+
+def _piece_indices(hlo, shape, num_devices: int) -> list[tuple]:
+    """Per logical device id, the slice of the global array it holds.
+
+    Read straight from the tile assignment; subgroup dims (replicated, unreduced,
+    manual) only repeat a tile, so an unreduced piece is located like a replicated
+    one (jax's own index map refuses unreduced shardings).
+    """
+    import numpy as np
+
+    full = tuple(slice(0, d) for d in shape)
+    if hlo.is_replicated() or hlo.is_maximal():
+        return [full] * num_devices
+    dims = list(hlo.tile_assignment_dimensions())
+    ids = list(hlo.tile_assignment_devices())
+    if not dims or len(dims) < len(shape):
+        return [full] * num_devices
+    rank = len(shape)
+    out = [full] * num_devices
+    for pos, dev in enumerate(ids):
+        coords = np.unravel_index(pos, dims)[:rank]
+        idx = []
+        for c, size, tiles in zip(coords, shape, dims[:rank]):
+            step = -(-size // tiles)
+            idx.append(slice(min(int(c) * step, size), min((int(c) + 1) * step, size)))
+        out[dev] = tuple(idx)
+    return out
+
+
+def _device_array(x, devices, op_sharding):
+    """``x`` placed on ``devices`` as the compiled program's parameter sharding says."""
+    import jax
+    import numpy as np
+    from jax._src import array as jarray, core, sharding_impls
+    from jax._src.lib import xla_client as xc
+
+    hlo = _hlo_sharding(op_sharding)
+    sharding = sharding_impls.GSPMDSharding(list(devices), hlo)
+    if xc.OpSharding.Type.UNREDUCED not in list(hlo.subgroup_types()) and not hlo.is_unreduced():
+        return jax.device_put(x, sharding)
+    # An unreduced parameter: jax cannot place it, so hand every device its tile
+    # whole, as a host hands over an input (the program then sums the copies).
+    index = _piece_indices(hlo, x.shape, len(devices))
+    pieces = [jax.device_put(np.ascontiguousarray(x[index[i]]), d) for i, d in enumerate(devices)]
+    return jarray.ArrayImpl(core.ShapedArray(x.shape, x.dtype), sharding, pieces, committed=True,
+                            _skip_checks=True)
+
+
+def xla_execute(executable, inputs, output_shapes=None) -> list[list[tuple[tuple, object]]]:
+    """Run ``executable`` on global numpy ``inputs``; every device's piece of every output.
+
+    Each input is split the way the compiled program expects (XLA's own parameter
+    shardings, so the plan's ``sdy.sharding`` is honoured exactly, sub-axes included).
+    Returns, per output, ``[(index, array), ...]``: one entry per device, ``index`` a
+    tuple of slices locating that device's piece in the global output. A replicated
+    output gives every device's copy, so devices that disagree are visible.
+    ``output_shapes`` (global shapes, from the module's function type) are needed
+    when an output is split unevenly; without them they are inferred from the pieces.
+    """
+    import numpy as np
+
+    devices = list(executable.local_devices())
+    try:
+        in_shardings = list(executable.get_parameter_shardings() or [])
+    except Exception:
+        in_shardings = []
+    if len(in_shardings) != len(inputs):
+        in_shardings = [None] * len(inputs)
+    args = [_device_array(np.asarray(x), devices, s) for x, s in zip(inputs, in_shardings)]
+    results = executable.execute_sharded(args)
+    per_output = results.disassemble_into_single_device_arrays()
+    try:
+        out_shardings = list(executable.get_output_shardings() or [])
+    except Exception:
+        out_shardings = []
+    if len(out_shardings) != len(per_output):
+        out_shardings = [None] * len(per_output)
+    position = {d: i for i, d in enumerate(devices)}
+    out = []
+    for i, (pieces, s) in enumerate(zip(per_output, out_shardings)):
+        hlo = _hlo_sharding(s)
+        shape = tuple(output_shapes[i]) if output_shapes else _global_shape(pieces, hlo)
+        index = _piece_indices(hlo, shape, len(devices))
+        row = []
+        for piece in pieces:
+            (device,) = piece.devices()
+            row.append((index[position[device]], np.asarray(piece)))
+        out.append(row)
+    return out
+
+
+def _global_shape(pieces, hlo) -> tuple[int, ...]:
+    """Global shape of an output from its per-device pieces and sharding."""
+    local = tuple(pieces[0].shape)
+    if hlo.is_replicated() or hlo.is_maximal():
+        return local
+    tiles = hlo.tile_assignment_dimensions()
+    return tuple(d * t for d, t in zip(local, tiles))
+
+
+def strip_sharding(text: str) -> str:
+    """The module with every sharding annotation removed: the unsharded program.
+
+    Drops ``sdy.mesh`` declarations, ``sdy.sharding`` / ``mhlo.sharding`` attributes
+    on arguments, results and ops, and the module's partition counts; replaces the
+    sharding-only ops (``sdy.sharding_constraint``, ``sdy.reshard``, explicit sdy
+    collectives) by their operand and ``sdy.constant`` by ``stablehlo.constant``.
+    ``sdy.manual_computation`` has per-device bodies and cannot be stripped: a
+    ``UserError`` says to pass an unsharded reference instead.
+    """
+    _ir = ir()
+    ctx = shared_context()
+    module = parse(text, filename="<verify>", context=ctx)
+    with ctx, _ir.Location.unknown():
+        for op in list(module.body.operations):
+            if op.operation.name == "sdy.mesh":
+                op.operation.erase()
+        mattrs = module.operation.attributes
+        for name in _MODULE_PARTITION_ATTRS:
+            if name in mattrs:
+                del mattrs[name]
+        for fop in module.body.operations:
+            if fop.operation.name != "func.func":
+                continue
+            for key in ("arg_attrs", "res_attrs"):
+                if key in fop.attributes:
+                    fop.attributes[key] = _without_sharding(fop.attributes[key])
+            for op in list(walk_ops(fop)):
+                _strip_op(op.operation)
+    return print_module(module)
+
+
+_SDY_EXPLICIT_COLLECTIVES = ("sdy.all_reduce", "sdy.all_gather", "sdy.all_slice", "sdy.reduce_scatter",
+                             "sdy.all_to_all", "sdy.collective_permute")
+
+
+def has_explicit_collectives(text: str) -> bool:
+    return any(f"{name} " in text for name in _SDY_EXPLICIT_COLLECTIVES)
+
+
+def drop_explicit_collectives(text: str) -> str:
+    """The module without Shardy's explicit collectives (each replaced by its operand).
+
+    XLA's Shardy import rejects them, and ``sdy.reshard`` too ("op unknown mesh"), in
+    a module after ``shardy-propagate``; without them every op keeps the sharding
+    Shardy chose and XLA's partitioner moves the data between those shardings.
+    """
+    _ir = ir()
+    ctx = shared_context()
+    module = parse(text, filename="<verify>", context=ctx)
+    with ctx, _ir.Location.unknown():
+        for fop in module.body.operations:
+            if fop.operation.name != "func.func":
+                continue
+            for op in list(walk_ops(fop)):
+                op = op.operation
+                if op.name not in _SDY_EXPLICIT_COLLECTIVES:
+                    continue
+                op.results[0].replace_all_uses_with(op.operands[0])
+                op.erase()
+    return print_module(module)
+
+
+def _without_sharding(array_attr):
+    _ir = ir()
+    out = []
+    for a in array_attr:
+        d = _ir.DictAttr(a)
+        kept = {d[j].name: d[j].attr for j in range(len(d)) if d[j].name not in _SHARDING_ATTRS}
+        out.append(_ir.DictAttr.get(kept))
+    return _ir.ArrayAttr.get(out)
+
+
+def _strip_op(op) -> None:
+    _ir = ir()
+    name = op.name
+    if name in ("sdy.manual_computation", "sdy.named_computation"):
+        raise UserError(
+            f"{name} holds per-device code and cannot be run unsharded; pass an unsharded "
+            "reference module (verify_numerics(..., reference=TEXT))"
+        )
+    for key in _SHARDING_ATTRS:
+        if key in op.attributes:
+            del op.attributes[key]
+    if name in _SDY_IDENTITY_OPS:
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
+    elif name == "sdy.constant":
+        new = _ir.Operation.create(
+            "stablehlo.constant", results=[op.results[0].type],
+            attributes={"value": op.attributes["value"]}, ip=_ir.InsertionPoint(op),
+        )
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.erase()

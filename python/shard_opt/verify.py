@@ -1,0 +1,735 @@
+"""Check a plan independently of Shardy's own bookkeeping: numerics and XLA's collectives.
+
+Two cross-checks (references/toolchain.md, "Independent cross-checks on CPU"), both on
+XLA's CPU backend with N virtual devices (``XLA_FLAGS=--xla_force_host_platform_device_count=N``
+set before jax starts):
+
+``verify_numerics``
+    Runs the annotated module (``sdy.mesh`` + ``sdy.sharding`` attributes, the plan)
+    sharded on N devices with XLA's Shardy partitioner, and the same module with every
+    sharding stripped on one device, on the same seeded random inputs, and compares
+    every device's piece of every output with the matching slice of the unsharded
+    result. A plan that changes what the program computes fails.
+
+``xla_collectives`` / ``compare_collectives``
+    Reads the collectives in XLA's optimized HLO for the plan and matches them against
+    the ones Shardy inserted (``ModuleFacts.collectives``), explaining the differences
+    that are XLA's own lowering choices rather than disagreements about the plan.
+
+Tolerances (``TOLERANCES``): the check is per element
+``|sharded - reference| <= atol * scale + rtol * |reference|`` where ``scale`` is the
+largest magnitude in that reference output (at least 1), so ``atol`` is relative to the
+output's size, not an absolute number. Sharding changes only the order of
+floating-point sums (partial sums per device, then an all-reduce), so errors are a
+few rounding steps of the summed terms:
+
+- ``f32`` (eps 1.2e-7): rtol 1e-4, atol 1e-5 -- ~100 ulps. Measured: reorder noise
+  stays near 1e-6 of the output scale (MLP column->row on 8 devices 4.3e-7; worst of
+  1000 small fuzz programs 4.2e-7, of 100 with 64-512 dims 1.5e-6), while a missing
+  or doubled partial sum is O(1) (the tests' broken plans: 3 and 1.4).
+- ``bf16`` (eps 7.8e-3): rtol 5e-2, atol 3e-2 -- a few ulps of the largest term: a
+  device that rounds its partial sum to bf16 before the all-reduce (as a Tenstorrent
+  CCL does) is several ulps off the unsharded sum. XLA's CPU backend happens to
+  compute bf16 dots and all-reduces in f32, so on CPU the error is often exactly 0.
+- ``f16`` (eps 9.8e-4): rtol 1e-2, atol 5e-3. ``f64``: 1e-9 both.
+- integers and ``i1``: exact.
+
+Inputs: floats are standard normal; integer arguments are 0 (always a valid token id,
+position or index; a sharded gather with clamped out-of-range indices is not what is
+being checked); ``i1`` is random. Pass ``inputs=`` to choose them yourself. Each input
+goes to the devices split as the compiled program expects (its parameter shardings),
+the way a host hands each chip its slice; an argument marked ``unreduced`` is handed
+whole to every device, so a plan claiming an input is a partial sum fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shard_opt import ir
+from shard_opt.errors import UserError
+
+# dtype -> (rtol, atol); see the module docstring for the reasoning.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "f64": (1e-9, 1e-9),
+    "f32": (1e-4, 1e-5),
+    "f16": (1e-2, 5e-3),
+    "bf16": (5e-2, 3e-2),
+}
+_EXACT = (0.0, 0.0)
+
+
+# ---------------------------------------------------------------------------------
+# Numerics
+# ---------------------------------------------------------------------------------
+
+@dataclass
+class OutputCheck:
+    """One output of ``@main`` compared on every device.
+
+    Attributes:
+      index: result position.
+      shape, dtype: global shape and MLIR element type.
+      max_abs_err: largest ``|sharded - reference|`` over all devices' pieces.
+      max_rel_err: ``max_abs_err`` divided by the reference's largest magnitude
+        (at least 1): a relative error that near-zero entries cannot blow up.
+      rtol, atol: the tolerance applied (``atol`` is scaled by that magnitude).
+      passed: every element of every device's piece is within tolerance.
+      worst_device: the device whose piece differs most (-1 if all are equal).
+      bad_elements: elements out of tolerance, summed over devices.
+    """
+
+    index: int
+    shape: tuple[int, ...]
+    dtype: str
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    passed: bool
+    worst_device: int = -1
+    bad_elements: int = 0
+
+
+@dataclass
+class NumericsResult:
+    """The verdict of ``verify_numerics``.
+
+    Attributes:
+      passed: every output passed.
+      max_abs_err, max_rel_err: the largest over all outputs.
+      rtol, atol: the loosest tolerance applied (outputs of several dtypes each use
+        their own, see ``outputs``).
+      num_devices, seed: how the check ran.
+      outputs: one ``OutputCheck`` per result.
+    """
+
+    passed: bool
+    max_abs_err: float
+    max_rel_err: float
+    rtol: float
+    atol: float
+    num_devices: int
+    seed: int
+    outputs: list[OutputCheck] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        lines = [
+            f"numerics {verdict} on {self.num_devices} devices (seed {self.seed}): "
+            f"max abs err {self.max_abs_err:.3g}, max rel err {self.max_rel_err:.3g} "
+            f"(rtol {self.rtol:g}, atol {self.atol:g} x output scale)"
+        ]
+        for o in self.outputs:
+            if not o.passed:
+                lines.append(
+                    f"  result #{o.index} {o.dtype}{list(o.shape)}: max abs err {o.max_abs_err:.3g}, "
+                    f"{o.bad_elements} elements out of tolerance, worst on device {o.worst_device}"
+                )
+        return "\n".join(lines)
+
+
+def numpy_dtype(mlir_type: str):
+    """numpy dtype of an MLIR element type (``bf16`` via ml_dtypes, as jax uses)."""
+    import ml_dtypes
+
+    table = {
+        "f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
+        "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8, "i1": np.bool_,
+        "ui64": np.uint64, "ui32": np.uint32, "ui16": np.uint16, "ui8": np.uint8,
+        "si64": np.int64, "si32": np.int32,
+    }
+    if mlir_type not in table:
+        raise UserError(f"verify: no random inputs for element type {mlir_type}")
+    return np.dtype(table[mlir_type])
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    """(rtol, atol) for an MLIR element type; exact for integers and ``i1``."""
+    return TOLERANCES.get(dtype, _EXACT)
+
+
+def _signature(text: str):
+    """(argument (shape, dtype) list, result (shape, dtype) list, meshes) of ``@main``."""
+    from shard_opt.analysis import meshes_of
+
+    module = ir.parse(text, filename="<verify>")
+    func = ir.main_func(module)
+    ftype = func.attributes["function_type"].value
+    args, results = [], []
+    for t in ftype.inputs:
+        tt = ir.tensor_type(t)
+        if tt is None or ir.is_dynamic(t):
+            raise UserError(f"verify: @main argument of type {t} is not a static tensor")
+        args.append(tt)
+    for t in ftype.results:
+        tt = ir.tensor_type(t)
+        if tt is None or ir.is_dynamic(t):
+            raise UserError(f"verify: @main result of type {t} is not a static tensor")
+        results.append(tt)
+    return args, results, meshes_of(module)
+
+
+def _xla_ready(text: str) -> str:
+    """A propagated module loses Shardy's explicit collectives (XLA's import rejects
+    them); its ops keep Shardy's shardings and XLA moves the data between them."""
+    return ir.drop_explicit_collectives(text) if ir.has_explicit_collectives(text) else text
+
+
+def random_inputs(arg_types, seed: int = 0) -> list[np.ndarray]:
+    """Seeded inputs for ``[(shape, dtype), ...]``: normal floats, zero integers, random i1."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for shape, dtype in arg_types:
+        npd = numpy_dtype(dtype)
+        if dtype == "i1":
+            out.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(npd, np.integer):
+            out.append(np.zeros(shape, npd))
+        else:
+            out.append(rng.standard_normal(shape).astype(npd))
+    return out
+
+
+def verify_numerics(
+    module_text: str,
+    *,
+    num_devices: int,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    reference: str | None = None,
+    inputs=None,
+) -> NumericsResult:
+    """Run the annotated plan sharded and unsharded and compare every output.
+
+    Args:
+      module_text: StableHLO with ``sdy.mesh`` and ``sdy.sharding`` annotations (the
+        output of ``add-mesh, apply-shardings``), or a module after
+        ``shardy-propagate``: its explicit collectives are dropped before XLA compiles
+        it (XLA's import rejects them), so XLA partitions between Shardy's op shardings.
+      num_devices: virtual CPU devices to shard over; must equal the mesh's size.
+      seed: seeds the random inputs.
+      rtol, atol: override the dtype's tolerance (``TOLERANCES``) for every output.
+      reference: unsharded module text to compare against; by default the same
+        module with its shardings stripped (``ir.strip_sharding``).
+      inputs: global numpy inputs, one per argument, instead of random ones.
+
+    Raises ``UserError`` when the devices are not there, the mesh size differs from
+    ``num_devices``, or an argument is not a static tensor; ``PassError`` when XLA
+    cannot compile one of the two modules.
+    """
+    arg_types, result_types, meshes = _signature(module_text)
+    for mesh in meshes.values():
+        if mesh.num_devices not in (1, num_devices):
+            raise UserError(
+                f"verify: mesh @{mesh.name} ({mesh.spec}) has {mesh.num_devices} devices, "
+                f"but num_devices={num_devices}"
+            )
+    ref_text = reference if reference is not None else ir.strip_sharding(module_text)
+    module_text = _xla_ready(module_text)
+    args = list(inputs) if inputs is not None else random_inputs(arg_types, seed)
+    if len(args) != len(arg_types):
+        raise UserError(f"verify: {len(args)} inputs for {len(arg_types)} arguments")
+    out_shapes = [s for s, _ in result_types]
+
+    sharded = ir.xla_execute(ir.xla_compile(module_text, num_devices), args, out_shapes)
+    unsharded = ir.xla_execute(ir.xla_compile(ref_text, 1, shardy=False), args, out_shapes)
+    if len(sharded) != len(unsharded):
+        raise UserError(
+            f"verify: the sharded module returns {len(sharded)} results, the reference {len(unsharded)}"
+        )
+
+    checks = []
+    for i, ((shape, dtype), pieces, ref_pieces) in enumerate(zip(result_types, sharded, unsharded)):
+        ref = ref_pieces[0][1]
+        r, a = tolerance(dtype)
+        r = rtol if rtol is not None else r
+        a = atol if atol is not None else a
+        checks.append(_compare_output(i, tuple(shape), dtype, pieces, ref, r, a))
+
+    return NumericsResult(
+        passed=all(c.passed for c in checks),
+        max_abs_err=max((c.max_abs_err for c in checks), default=0.0),
+        max_rel_err=max((c.max_rel_err for c in checks), default=0.0),
+        rtol=max((c.rtol for c in checks), default=0.0),
+        atol=max((c.atol for c in checks), default=0.0),
+        num_devices=num_devices,
+        seed=seed,
+        outputs=checks,
+    )
+
+
+def _compare_output(index, shape, dtype, pieces, ref, rtol, atol) -> OutputCheck:
+    ref64 = np.asarray(ref, dtype=np.float64) if ref.dtype != np.bool_ else ref.astype(np.float64)
+    finite = np.isfinite(ref64)
+    scale = max(1.0, float(np.max(np.abs(ref64[finite]))) if finite.any() else 1.0)
+    max_abs, worst, worst_dev, bad_total = 0.0, -1.0, -1, 0
+    for device, (idx, piece) in enumerate(pieces):
+        want = ref64[idx]
+        got = np.asarray(piece).astype(np.float64)
+        if got.ndim == want.ndim and all(g >= w for g, w in zip(got.shape, want.shape)):
+            got = got[tuple(slice(0, w) for w in want.shape)]  # an unevenly split dim is padded
+        if got.shape != want.shape:
+            return OutputCheck(index, shape, dtype, math.inf, math.inf, rtol, atol, False, device, want.size)
+        same_nonfinite = (~np.isfinite(want)) & (~np.isfinite(got)) & (
+            (np.isnan(want) & np.isnan(got)) | (want == got)
+        )
+        err = np.where(same_nonfinite, 0.0, np.abs(got - want))
+        err = np.where(np.isnan(err), np.inf, err)
+        bad = err > atol * scale + rtol * np.abs(np.where(np.isfinite(want), want, 0.0))
+        bad_total += int(bad.sum())
+        e = float(err.max()) if err.size else 0.0
+        max_abs = max(max_abs, e)
+        if e > worst:
+            worst, worst_dev = e, device
+    return OutputCheck(
+        index=index, shape=shape, dtype=dtype, max_abs_err=max_abs, max_rel_err=max_abs / scale,
+        rtol=rtol, atol=atol, passed=bad_total == 0, worst_device=worst_dev if worst > 0 else -1,
+        bad_elements=bad_total,
+    )
+
+
+# ---------------------------------------------------------------------------------
+# XLA's collectives
+# ---------------------------------------------------------------------------------
+
+HLO_COLLECTIVES = {
+    "all-reduce": "all_reduce",
+    "all-gather": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+    "collective-permute": "collective_permute",
+}
+_HLO_DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+    "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1,
+    "s4": 1, "u4": 1,
+}
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<shape>.+?)\s+(?P<op>[a-z][a-z0-9\-]*)\((?P<args>.*)$")
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([\d,]*)\]")
+
+
+def _shapes(text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every ``dtype[dims]`` array shape in an HLO shape text (tuples flattened)."""
+    out = []
+    for dt, dims in _ARRAY.findall(text):
+        if dt in _HLO_DTYPE_BYTES:
+            out.append((dt, tuple(int(d) for d in dims.split(",") if d)))
+    return out
+
+
+def _nbytes(shape) -> int:
+    dt, dims = shape
+    return math.prod(dims) * _HLO_DTYPE_BYTES.get(dt, 4)
+
+
+def _split_call(rest: str) -> tuple[str, str]:
+    """(operand text, attribute text) of ``a, b), attr=...`` (the part after ``op(``)."""
+    depth = 1
+    for i, ch in enumerate(rest):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                return rest[:i], rest[i + 1:]
+    return rest, ""
+
+
+def _groups(attrs: str, num_devices: int) -> tuple[int, int]:
+    """(group size, number of groups) from ``replica_groups=`` or ``source_target_pairs=``."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=\((?:[^()]|\([^()]*\))*\))?\s*\{([^}]*)\}", attrs)
+    if m:
+        sizes = {a: int(s) for a, s in re.findall(r"'([^']+)'=(\d+)", m.group(1))}
+        size = 1
+        for ref in re.findall(r"'([^']+)'(?::\((\d+)\)(\d+))?", m.group(2)):
+            name, _pre, sub = ref
+            size *= int(sub) if sub else sizes.get(name, 1)
+        total = math.prod(sizes.values()) if sizes else num_devices
+        return size, max(1, total // max(1, size))
+    m = re.search(r"replica_groups=\[([\d,]+)\]<=", attrs)
+    if m:
+        dims = [int(d) for d in m.group(1).split(",")]
+        return dims[-1], math.prod(dims[:-1]) if len(dims) > 1 else 1
+    m = re.search(r"replica_groups=\{(\{[\d,\s]*\}(?:\s*,\s*\{[\d,\s]*\})*)\}", attrs)
+    if m:
+        groups = re.findall(r"\{([\d,\s]*)\}", m.group(1))
+        return len([x for x in groups[0].split(",") if x.strip()]), len(groups)
+    if re.search(r"replica_groups=\{\}", attrs):
+        return num_devices, 1
+    m = re.search(r"source_target_pairs=\{(.*?)\}\}", attrs)
+    if m:
+        pairs = re.findall(r"\{(\d+),(\d+)\}", m.group(0))
+        return len({d for p in pairs for d in p}), 1
+    return num_devices, 1
+
+
+def parse_hlo_collectives(hlo_text: str, num_devices: int) -> list[dict]:
+    """The collectives in an HLO module's text, in order (see ``xla_collectives``)."""
+    shapes: dict[str, list] = {}
+    found = []
+    for line in hlo_text.splitlines():
+        m = _INSTR.match(line)
+        if not m:
+            continue
+        name, shape_text, op = m.group("name"), m.group("shape"), m.group("op")
+        shapes[name] = _shapes(shape_text)
+        base = op[: -len("-start")] if op.endswith("-start") else op
+        if base not in HLO_COLLECTIVES:
+            continue
+        operand_text, attrs = _split_call(m.group("args"))
+        operands = []
+        for part in _split_top(operand_text):
+            inline = _shapes(part)
+            if inline:  # old printing: ``f32[4,8]{1,0} %x``
+                operands.extend(inline)
+            else:
+                ref = re.search(r"%?([\w.\-]+)\s*$", part.strip())
+                operands.extend(shapes.get(ref.group(1), []) if ref else [])
+        group, ngroups = _groups(attrs, num_devices)
+        dims = re.search(r"dimensions=\{([\d,]*)\}", attrs)
+        found.append({
+            "kind": HLO_COLLECTIVES[base],
+            "hlo_op": op,
+            "name": name,
+            "async": op.endswith("-start"),
+            "group_size": group,
+            "num_groups": ngroups,
+            "operand_shapes": [(dt, list(d)) for dt, d in operands],
+            "operand_bytes": [_nbytes(s) for s in operands],
+            "bytes_per_device": sum(_nbytes(s) for s in operands),
+            "result_shape": shape_text.strip(),
+            "dimensions": [int(d) for d in dims.group(1).split(",") if d] if dims else [],
+            "text": line.strip(),
+        })
+    return found
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur))
+    return [p for p in parts if p.strip()]
+
+
+def xla_collectives(module_text: str, num_devices: int) -> list[dict]:
+    """Compile the annotated module with XLA's Shardy partitioner; its collectives.
+
+    One dict per collective instruction in the optimized HLO (async ``-start`` forms
+    included, their ``-done`` halves not): ``kind`` (the plan-JSON name), ``hlo_op``,
+    ``name``, ``async``, ``group_size`` and ``num_groups`` (from ``replica_groups``;
+    for collective_permute, the devices named in ``source_target_pairs``),
+    ``operand_shapes``, ``operand_bytes`` (per operand, one device), ``bytes_per_device``
+    (their sum), ``result_shape``, ``dimensions`` and the HLO ``text`` line.
+    """
+    executable = ir.xla_compile(_xla_ready(module_text), num_devices)
+    return parse_hlo_collectives(ir.xla_optimized_hlo(executable), num_devices)
+
+
+# ---------------------------------------------------------------------------------
+# Shardy vs XLA
+# ---------------------------------------------------------------------------------
+
+@dataclass
+class Match:
+    """One Shardy collective and the XLA collective moving the same tensor.
+
+    ``note`` says how XLA's instruction differs in form (combined with others into
+    one tuple instruction, promoted to a wider type), empty if it is identical.
+    """
+
+    shardy: dict
+    xla: dict
+    note: str = ""
+
+
+@dataclass
+class Difference:
+    """Collectives that do not pair one to one, and why.
+
+    ``explained`` is true when ``reason`` is a known lowering choice of XLA (the plan
+    moves the same data); false when the two partitioners disagree.
+    """
+
+    shardy: list = field(default_factory=list)
+    xla: list = field(default_factory=list)
+    reason: str = ""
+    explained: bool = True
+
+
+@dataclass
+class Comparison:
+    """``compare_collectives``' verdict.
+
+    Attributes:
+      matched: one-to-one pairs of the same kind and tensor.
+      differences: everything else, each with a reason.
+    """
+
+    matched: list[Match] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        """Every collective is matched or its difference is explained."""
+        return all(d.explained for d in self.differences)
+
+    @property
+    def unexplained(self) -> list[Difference]:
+        return [d for d in self.differences if not d.explained]
+
+    def report(self) -> str:
+        verdict = "agree" if self.agrees else "DISAGREE"
+        lines = [f"Shardy and XLA {verdict}: {len(self.matched)} collective(s) match one to one, "
+                 f"{len(self.differences)} difference(s)"]
+        for m in self.matched:
+            note = f"  ({m.note})" if m.note else ""
+            lines.append(f"  = {_describe(m.shardy)}  <->  XLA {_describe(m.xla)}{note}")
+        for d in self.differences:
+            tag = "explained" if d.explained else "UNEXPLAINED"
+            left = ", ".join(_describe(s) for s in d.shardy) or "-"
+            right = ", ".join(_describe(x) for x in d.xla) or "-"
+            lines.append(f"  {tag}: Shardy [{left}] vs XLA [{right}]: {d.reason}")
+        return "\n".join(lines)
+
+
+def _describe(e: dict) -> str:
+    op = e.get("hlo_op", e["kind"])
+    return f"{op} {e['dtype']} {e['bytes']} B/device x{e['group_size']}"
+
+
+_MLIR_TO_HLO_DTYPE = {"i1": "pred", "i8": "s8", "i16": "s16", "i32": "s32", "i64": "s64",
+                      "ui8": "u8", "ui16": "u16", "ui32": "u32", "ui64": "u64"}
+
+
+def _norm_shardy(c, i: int) -> dict:
+    get = c.get if isinstance(c, dict) else (lambda k, d=None: getattr(c, k, d))
+    dtype = str(get("dtype", "f32") or "f32")
+    dtype = _MLIR_TO_HLO_DTYPE.get(dtype, dtype)
+    nbytes = int(get("bytes_per_device", 0) or 0)
+    # What identifies the resharded value, as far as facts tell: a repeat of all of it
+    # is the same value resharded again for another use.
+    same_value = (get("kind"), tuple(get("axes", ()) or ()), tuple(get("global_shape", ()) or ()),
+                  tuple(get("in_local_shape", ()) or ()), tuple(get("out_local_shape", ()) or ()),
+                  get("producer", ""), get("origin_arg", -1), get("loc", ""))
+    return {
+        "kind": get("kind"), "bytes": nbytes, "dtype": dtype,
+        "elements": nbytes // _HLO_DTYPE_BYTES.get(dtype, 4),
+        "group_size": int(get("group_size", 0) or 0), "pos": i, "source": c,
+        "same_value": same_value if get("global_shape", None) is not None else None,
+    }
+
+
+def _norm_xla(xla: list[dict]) -> list[dict]:
+    """One entry per tensor moved: a combined (tuple) all-reduce / all-gather /
+    reduce-scatter becomes one entry per operand, marked ``combined``."""
+    out = []
+    for i, x in enumerate(xla):
+        shapes = [(dt, tuple(d)) for dt, d in x.get("operand_shapes", [])]
+        dtype = shapes[0][0] if shapes else "f32"
+        if x["kind"] in ("all_reduce", "all_gather", "reduce_scatter") and len(shapes) > 1:
+            for shape in shapes:
+                b = _nbytes(shape)
+                out.append({**x, "bytes": b, "dtype": shape[0], "elements": math.prod(shape[1]),
+                            "pos": i, "combined": len(shapes), "source": x})
+        else:
+            b = int(x.get("bytes_per_device", 0))
+            out.append({**x, "bytes": b, "dtype": dtype,
+                        "elements": sum(math.prod(sh[1]) for sh in shapes),
+                        "pos": i, "combined": 1, "source": x})
+    return out
+
+
+def compare_collectives(shardy_collectives, xla_collectives_list) -> Comparison:
+    """Match Shardy's collectives against the ones XLA compiled for the same plan.
+
+    ``shardy_collectives``: ``ModuleFacts.collectives`` (or dicts with ``kind``,
+    ``bytes_per_device``, ``group_size``, ``dtype``); ``xla_collectives_list``: the
+    output of ``xla_collectives``. Pairs by kind and per-device operand (same bytes,
+    and the same group size where that is comparable), then explains what is left
+    with XLA's known lowering choices:
+
+    - XLA combines several all-reduces (all-gathers, reduce-scatters) into one tuple
+      instruction: each operand is matched on its own; the match notes ``combined``.
+    - XLA's CPU backend reduces bf16/f16 partial sums in f32 (``to_apply=
+      %add.clone_promoted``): the same elements at twice the bytes.
+    - XLA's CPU backend lowers a reduce-scatter as all-reduce + dynamic-slice.
+    - XLA fuses an all-reduce and the slice after it (Shardy's all_reduce + all_slice)
+      into one reduce-scatter.
+    - XLA gathers a multi-axis all_gather one mesh axis at a time (a chain of
+      all-gathers whose group sizes multiply to Shardy's).
+    - Shardy's all_to_all followed by an all_gather of its result: XLA gathers from
+      the original layout in one all-gather.
+    - The same value resharded again for another use (every field of the fact
+      repeats): XLA's common-subexpression elimination keeps one collective.
+    - ``all_slice`` is a local slice: XLA emits no collective for it.
+
+    Anything else is an unexplained difference: XLA's partitioner moved other data
+    (or its algebraic simplifier removed a collective Shardy kept).
+    """
+    sh = [_norm_shardy(c, i) for i, c in enumerate(shardy_collectives)]
+    xl = _norm_xla(list(xla_collectives_list))
+    result = Comparison()
+    used_s: set[int] = set()
+    used_x: set[int] = set()
+
+    def pairs(pred_s, pred_x):
+        """Greedily pair unused entries, Shardy in program order."""
+        for i, s in enumerate(sh):
+            if i in used_s or not pred_s(s):
+                continue
+            j = next((j for j, x in enumerate(xl) if j not in used_x and pred_x(s, x)), None)
+            if j is not None:
+                used_s.add(i)
+                used_x.add(j)
+                yield sh[i], xl[j]
+
+    def same_group(s, x):
+        return s["kind"] == "collective_permute" or not s["group_size"] or s["group_size"] == x["group_size"]
+
+    def combined(x):
+        return f"XLA combined {x['combined']} collectives into one {x['hlo_op']}" if x["combined"] > 1 else ""
+
+    # 1. one to one.
+    for s, x in pairs(lambda s: True,
+                      lambda s, x: x["kind"] == s["kind"] and x["bytes"] == s["bytes"] and same_group(s, x)):
+        result.matched.append(Match(s, x, combined(x)))
+
+    # 2. the same elements reduced in a wider type.
+    for s, x in pairs(lambda s: True,
+                      lambda s, x: x["kind"] == s["kind"] and x["elements"] == s["elements"]
+                      and x["dtype"] != s["dtype"] and same_group(s, x)):
+        note = (f"XLA's CPU backend reduces {s['dtype']} in {x['dtype']} "
+                f"({x['bytes']} B instead of {s['bytes']} B)")
+        result.matched.append(Match(s, x, "; ".join(n for n in (note, combined(x)) if n)))
+
+    # 3. reduce-scatter = all-reduce + dynamic-slice on XLA's CPU backend.
+    for s, x in pairs(lambda s: s["kind"] == "reduce_scatter",
+                      lambda s, x: x["kind"] == "all_reduce" and x["elements"] == s["elements"]):
+        result.differences.append(Difference(
+            [s], [x], "XLA lowers the reduce-scatter as an all-reduce followed by a local "
+            "dynamic-slice (the same partial sums are reduced)"))
+
+    # 4. all_reduce (+ all_slice) fused by XLA into one reduce-scatter.
+    for s, x in pairs(lambda s: s["kind"] == "all_reduce",
+                      lambda s, x: x["kind"] == "reduce_scatter" and x["elements"] == s["elements"]):
+        group = [s]
+        k = next((k for k, t in enumerate(sh) if k not in used_s and t["kind"] == "all_slice"
+                  and t["pos"] > s["pos"]), None)
+        if k is not None:
+            used_s.add(k)
+            group.append(sh[k])
+        result.differences.append(Difference(
+            group, [x], "XLA fused the all-reduce and the slice after it into one reduce-scatter"))
+
+    # 5. a multi-axis all_gather done one axis at a time.
+    for i, s in enumerate(sh):
+        if i in used_s or s["kind"] != "all_gather":
+            continue
+        chain = _gather_chain(s, xl, used_x)
+        if chain:
+            used_s.add(i)
+            used_x.update(chain)
+            sizes = " then ".join(str(xl[j]["group_size"]) for j in chain)
+            result.differences.append(Difference(
+                [s], [xl[j] for j in chain], f"XLA gathers one mesh axis at a time (groups of {sizes})"))
+
+    # 6. all_to_all then all_gather of the result: XLA gathers both axes at once.
+    for i, s in enumerate(sh):
+        if i in used_s or s["kind"] != "all_to_all":
+            continue
+        k = next((k for k in range(i + 1, len(sh)) if k not in used_s and sh[k]["kind"] == "all_gather"
+                  and sh[k]["elements"] == s["elements"]), None)
+        if k is None:
+            continue
+        g = sh[k]
+        want = s["group_size"] * g["group_size"]
+        j = next((j for j, x in enumerate(xl) if j not in used_x and x["kind"] == "all_gather"
+                  and x["elements"] == s["elements"] and x["group_size"] in (want, g["group_size"])), None)
+        if j is not None:
+            used_s.update((i, k))
+            used_x.add(j)
+            result.differences.append(Difference(
+                [s, g], [xl[j]], "Shardy moves an axis with all_to_all and then gathers; XLA gathers "
+                "straight from the argument's layout in one all-gather"))
+
+    # 7. the same value resharded twice (once per use): XLA's CSE keeps one.
+    matched_values = [m.shardy["same_value"] for m in result.matched] + [
+        s["same_value"] for d in result.differences for s in d.shardy]
+    for i, s in enumerate(sh):
+        if i in used_s or s["same_value"] is None:
+            continue
+        if s["same_value"] in matched_values:
+            used_s.add(i)
+            result.differences.append(Difference(
+                [s], [], f"a repeat of an earlier {s['kind']} of the same value (Shardy reshards it "
+                "once per use); XLA's CSE keeps one"))
+
+    # 8. same tensor, different groups: a real disagreement, but show them side by side.
+    for s, x in pairs(lambda s: s["kind"] != "all_slice",
+                      lambda s, x: x["kind"] == s["kind"] and x["elements"] == s["elements"]):
+        result.differences.append(Difference(
+            [s], [x], f"same tensor but groups of {s['group_size']} (Shardy) vs {x['group_size']} (XLA)",
+            explained=False))
+
+    # 9. all_slice: local.
+    for i, s in enumerate(sh):
+        if i not in used_s and s["kind"] == "all_slice":
+            used_s.add(i)
+            result.differences.append(Difference(
+                [s], [], "all_slice is a local slice of a replicated value: no collective in XLA"))
+
+    # 10. what is left disagrees.
+    left_x = [x for j, x in enumerate(xl) if j not in used_x]
+    for i, s in enumerate(sh):
+        if i in used_s:
+            continue
+        same_kind = [x for x in left_x if x["kind"] == s["kind"]]
+        why = (f"XLA's {s['kind']}s move other sizes ({', '.join(str(x['bytes']) for x in same_kind)} B)"
+               if same_kind else f"XLA emitted no {s['kind']} for it (its partitioner chose another "
+               "layout, or its algebraic simplifier removed the collective)")
+        result.differences.append(Difference([s], [], why, explained=False))
+    for x in left_x:
+        result.differences.append(Difference(
+            [], [x], "XLA's partitioner inserted a collective that Shardy's plan does not have",
+            explained=False))
+    return result
+
+
+def _gather_chain(s: dict, xl: list[dict], used: set[int]) -> list[int] | None:
+    """Indices of XLA all-gathers that together do Shardy's all_gather ``s``: the first
+    gathers Shardy's operand, each next one gathers the previous result."""
+    for j, x in enumerate(xl):
+        if j in used or x["kind"] != "all_gather" or x["elements"] != s["elements"]:
+            continue
+        chain, size = [j], x["group_size"]
+        elements = x["elements"] * x["group_size"]
+        while s["group_size"] and size < s["group_size"]:
+            k = next((k for k, y in enumerate(xl) if k not in used and k not in chain
+                      and y["kind"] == "all_gather" and y["elements"] == elements), None)
+            if k is None:
+                break
+            chain.append(k)
+            size *= xl[k]["group_size"]
+            elements *= xl[k]["group_size"]
+        if len(chain) > 1 and size == s["group_size"]:
+            return chain
+    return None
