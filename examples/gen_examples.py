@@ -3,10 +3,13 @@
     python examples/gen_examples.py            # rewrites examples/*.mlir
     python examples/gen_examples.py --check    # exit 1 if a file would change
 
-* ``mlp.mlir``: ``zoo:mlp`` -- Linear(64, 256) -> relu -> Linear(256, 64), input [4, 32, 64].
+* ``mlp.mlir``: ``zoo:mlp`` -- Linear(1024, 4096) -> relu -> Linear(4096, 1024), input [4, 32, 1024].
 * ``transformer_block.mlir``: ``zoo:transformer-block`` -- one Llama-style block (RMSNorm,
-  attention with q/k/v/o and rotary embeddings, gated MLP gate/up/down), hidden 256,
-  4 heads, MLP 512, input [1, 32, 256].
+  attention with q/k/v/o and rotary embeddings, gated MLP gate/up/down), hidden 1024,
+  8 heads, MLP 4096, input [1, 128, 1024].
+
+Sizes are realistic on purpose: with a 64-wide toy MLP every split costs more in
+collectives than the microseconds of compute it saves, and the best plan is "replicate".
 
 Both in f32 (``--dtype f32``) so the constants and types read plainly; the zoo and load
 scripts default to bf16. Argument names and kinds are in the module as
@@ -24,10 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 EXAMPLES = {
     # file: (zoo name, batch, seq_len, description)
-    "mlp.mlir": ("mlp", 4, 32, "2-layer MLP: fc1 Linear(64, 256) -> relu -> fc2 Linear(256, 64); x [4, 32, 64]"),
-    "transformer_block.mlir": ("transformer-block", 1, 32,
-                               "Llama-style block: RMSNorm, q/k/v/o attention (4 heads, RoPE), "
-                               "gate/up/down MLP 512; hidden 256, x [1, 32, 256]"),
+    "mlp.mlir": ("mlp", 4, 32, "2-layer MLP: fc1 Linear(1024, 4096) -> relu -> fc2 Linear(4096, 1024); x [4, 32, 1024]"),
+    "transformer_block.mlir": ("transformer-block", 1, 128,
+                               "Llama-style block: RMSNorm, q/k/v/o attention (8 heads, RoPE), "
+                               "gate/up/down MLP 4096; hidden 1024, x [1, 128, 1024]"),
 }
 
 

@@ -209,13 +209,13 @@ def _wan_vae(layers):
 def _mlp(layers):
     from shard_opt.frontends.models import MLP
 
-    return MLP(64, 256)
+    return MLP(1024, 4096)
 
 
 def _block(layers):
     from shard_opt.frontends.models import TransformerBlock
 
-    return TransformerBlock(256, 4, 512)
+    return TransformerBlock(1024, 8, 4096)
 
 
 _ENTRIES = [
@@ -242,11 +242,11 @@ _ENTRIES = [
              _on_meta(_wan_dit(WAN_DIT_14B)), "wan-dit"),
     ZooEntry("wan-vae", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "Wan 2.1 VAE decoder, one latent frame -> 480x832",
              _on_meta(_wan_vae), "wan-vae"),
-    ZooEntry("mlp", "shard-opt", "2-layer MLP 64 -> 256 -> 64 (the bundled example)", _on_meta(_mlp),
-             "hidden", hidden=64),
+    ZooEntry("mlp", "shard-opt", "2-layer MLP 1024 -> 4096 -> 1024 (the bundled example)", _on_meta(_mlp),
+             "hidden", hidden=1024),
     ZooEntry("transformer-block", "shard-opt",
-             "one Llama-style block, hidden 256, 4 heads, MLP 512 (the bundled example)", _on_meta(_block),
-             "hidden", hidden=256),
+             "one Llama-style block, hidden 1024, 8 heads, MLP 4096 (the bundled example)", _on_meta(_block),
+             "hidden", hidden=1024),
 ]
 ZOO = {e.name: e for e in _ENTRIES}
 

@@ -180,7 +180,7 @@ def test_bf16_and_f32_byte_counts_follow_dtype():
     lm = load("zoo:mlp", batch=4, seq_len=32, dtype="f32")
     bf = load("zoo:mlp", batch=4, seq_len=32)
     assert {a.dtype for a in lm.arguments} == {"f32"} and {a.dtype for a in bf.arguments} == {"bf16"}
-    assert "tensor<256x64xbf16>" in bf.text
+    assert "tensor<4096x1024xbf16>" in bf.text
 
 
 # --------------------------------------------------------------------------------------
@@ -431,11 +431,11 @@ def test_wan_dit_small_config_lowers_with_strided_rotary(tmp_path):
 def test_mlir_example_round_trips_names_and_shardy_accepts_them():
     lm = load(os.path.join(EXAMPLES, "mlp.mlir"))
     assert [(a.name, a.kind, a.shape) for a in lm.arguments] == [
-        ("fc1.weight", "param", (256, 64)), ("fc1.bias", "param", (256,)),
-        ("fc2.weight", "param", (64, 256)), ("fc2.bias", "param", (64,)), ("x", "input", (4, 32, 64))]
+        ("fc1.weight", "param", (4096, 1024)), ("fc1.bias", "param", (4096,)),
+        ("fc2.weight", "param", (1024, 4096)), ("fc2.bias", "param", (1024,)), ("x", "input", (4, 32, 1024))]
     assert lm.source == "mlir" and lm.name == "mlp"
     plan = {"fc1.weight": [["model"], []], "fc1.bias": [["model"]], "fc2.weight": [[], ["model"]]}
-    assert collectives(lm, plan) == [("all_reduce", ("model",), 4 * 32 * 64, 4 * 32 * 64 * 4)]
+    assert collectives(lm, plan) == [("all_reduce", ("model",), 4 * 32 * 1024, 4 * 32 * 1024 * 4)]
     # the names survive propagation: the annotated output keeps them
     module = ir.parse(lm.text)
     ctx = PassContext(arguments=lm.arguments)
@@ -444,7 +444,7 @@ def test_mlir_example_round_trips_names_and_shardy_accepts_them():
     from shard_opt.frontends.mlir_frontend import strip_annotations
 
     bare = strip_annotations(lm.text)
-    assert "shard_opt." not in bare and "tensor<256x64xf32>" in bare
+    assert "shard_opt." not in bare and "tensor<4096x1024xf32>" in bare
 
 
 def test_mlir_from_stdin_without_names(monkeypatch):
@@ -480,7 +480,7 @@ def test_transformer_block_example_megatron():
     lm = load(os.path.join(EXAMPLES, "transformer_block.mlir"))
     assert lm.arguments[9].name == "self_attn.inv_freq" and lm.arguments[9].kind == "buffer"
     colls = collectives(lm, MEGATRON_BLOCK)
-    assert colls == [("all_reduce", ("model",), 32 * 256, 32 * 256 * 4)] * 2
+    assert colls == [("all_reduce", ("model",), 128 * 1024, 128 * 1024 * 4)] * 2
 
 
 # --------------------------------------------------------------------------------------
@@ -518,7 +518,7 @@ def jax_block(params, x):
         return jnp.concatenate([-t2, t1], axis=-1)
 
     b, s, d = x.shape
-    heads = 4
+    heads = 8
     hd = d // heads
     a = params["self_attn"]
     h = rms(params["input_layernorm"], x)
@@ -586,7 +586,7 @@ def test_pytorch_and_jax_twin_give_the_same_collectives(model_name, jax_fn, batc
 def _cpu_model(name):
     from shard_opt.frontends.models import MLP, TransformerBlock
 
-    return MLP(64, 256) if name == "mlp" else TransformerBlock(256, 4, 512)
+    return MLP(1024, 4096) if name == "mlp" else TransformerBlock(1024, 8, 4096)
 
 
 def test_jax_names_from_locations_and_kinds():
@@ -657,14 +657,14 @@ def test_architecture_flops_and_format(llama2):
     arch = lm.architecture
     mods = {m["path"]: m for m in arch["modules"]}
     tokens = 4 * 32
-    assert mods["fc1"]["flops"] == 2 * tokens * 64 * 256 and mods["fc2"]["flops"] == 2 * tokens * 256 * 64
+    assert mods["fc1"]["flops"] == 2 * tokens * 1024 * 4096 and mods["fc2"]["flops"] == 2 * tokens * 4096 * 1024
     assert arch["flops"] == mods["fc1"]["flops"] + mods["fc2"]["flops"]
-    assert mods["fc1"]["params"] == {"weight": [[256, 64], "bf16"], "bias": [[256], "bf16"]}
+    assert mods["fc1"]["params"] == {"weight": [[4096, 1024], "bf16"], "bias": [[4096], "bf16"]}
 
     block = load("zoo:transformer-block", seq_len=32).architecture
     bm = {m["path"]: m for m in block["modules"]}
-    attn_scores = 2 * 2 * 4 * 32 * 32 * 64  # QK^T and PV, 4 heads
-    assert bm["self_attn"]["flops"] == 4 * 2 * 32 * 256 * 256 + attn_scores
+    attn_scores = 2 * 2 * 8 * 32 * 32 * 128  # QK^T and PV, 8 heads of 128
+    assert bm["self_attn"]["flops"] == 4 * 2 * 32 * 1024 * 1024 + attn_scores
 
     llama = llama2.architecture
     text = format_architecture(llama)
