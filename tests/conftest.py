@@ -6,7 +6,8 @@ process 8 virtual devices (numeric cross-checks need as many as the mesh has).
 
 import os
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
 import pytest  # noqa: E402

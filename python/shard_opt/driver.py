@@ -141,7 +141,7 @@ def _group_info(groups, assignment, result) -> list[dict]:
                 for s in [result.scored.get(assignment[:gi] + (o,) + assignment[gi + 1:])] if s]
         why = f"{describe_sharding(g.options[choice])}"
         if alts:
-            _, s, o = min(alts)
+            _, s, o = min(alts, key=lambda x: (x[0], x[2]))
             d = s.total_us - result.score.total_us
             why += (f"; best alternative ({describe_sharding(g.options[o])}) is {d:+.1f} us "
                     f"with {s.ccl_count} CCLs vs {result.score.ccl_count}")

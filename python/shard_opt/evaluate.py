@@ -83,10 +83,18 @@ def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
     return out
 
 
+def follows_consumer(arg) -> bool:
+    """1-D parameters (norm scales, biases) are left open: Shardy gives them the split their
+    consumer wants (a column-parallel bias splits with its weight), at no cost."""
+    return arg.kind in ("param", "buffer") and len(arg.shape) <= 1
+
+
 def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[int, ...]) -> dict:
-    """Argument index -> sharding for every argument of ``model`` (replicated if not chosen)."""
+    """Argument index -> sharding for ``model``'s arguments: the chosen option, else closed
+    and replicated; arguments that follow their consumer are left out (open)."""
     members = group_members(model)
-    out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments}
+    out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments
+           if not follows_consumer(a)}
     for g, choice in zip(groups, assignment):
         for idx in members.get(g.key(), ()):
             out[idx] = g.options[choice]
@@ -139,20 +147,26 @@ class Evaluator:
         return self.stats["seconds"] / n if n else None
 
     def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
-        """Run the pipeline on a fresh copy of the module: (facts, propagated text or None)."""
+        """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         module = ir.parse(self.model.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings)
         passes = [AddMesh(), ApplyShardings(), ShardyPropagate(), CollectCollectives(annotate=keep_ir)]
         PassManager(passes, ctx).run(module)
-        text = ir.print_module(module) if keep_ir else None
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
-        return ctx.facts, text
+        return ctx.facts, (module if keep_ir else None)
 
     def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
-        facts, text = self.propagate(shardings, keep_ir=keep_ir)
+        """Evaluate one candidate; with ``keep_ir``, also the propagated text, and the
+        shardings Shardy chose for the arguments left open."""
+        facts, module = self.propagate(shardings, keep_ir=keep_ir)
+        text = None
+        if module is not None:
+            text = ir.print_module(module)
+            chosen = arg_shardings(ir.main_func(module))
+            shardings = {**{i: s for i, s in enumerate(chosen) if s is not None}, **shardings}
         return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text)
 
     def facts(self, groups: list[Group], assignment: tuple[int, ...]) -> ModuleFacts:

@@ -1,0 +1,121 @@
+"""The command line: outputs, --evaluate, and bad input ending in one clear line."""
+
+import json
+import os
+
+import pytest
+
+from conftest import EXAMPLES
+
+MLP = os.path.join(EXAMPLES, "mlp.mlir")
+
+COLUMN_ROW = """module {
+  sdy.mesh @mesh = <["batch"=2, "model"=4]>
+  func.func @main(%arg0: tensor<256x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}, %arg1: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %arg2: tensor<128x64xf32>) -> tensor<128x64xf32> {
+    %0 = stablehlo.dot_general %arg2, %arg0, contracting_dims = [1] x [1] : (tensor<128x64xf32>, tensor<256x64xf32>) -> tensor<128x256xf32>
+    %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [1] : (tensor<128x256xf32>, tensor<64x256xf32>) -> tensor<128x64xf32>
+    return %1 : tensor<128x64xf32>
+  }
+}
+"""
+
+
+def test_main_job_prints_an_annotated_module(run_cli, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    code, out, err = run_cli(MLP, "--mesh", "2x4", "--plan-json", plan_path)
+    assert code == 0, err
+    assert 'sdy.mesh @mesh = <["batch"=2, "model"=4]>' in out
+    assert "sdy.sharding = #sdy.sharding<@mesh" in out
+    assert "shard-opt: mlp" in err and "us modeled" in err
+    plan = json.loads(plan_path.read_text())
+    assert plan["mesh"]["shape"] == [2, 4]
+
+
+def test_output_file_and_stdin(run_cli, tmp_path, monkeypatch):
+    import io
+
+    out_path = tmp_path / "out.mlir"
+    monkeypatch.setattr("sys.stdin", io.StringIO(open(MLP).read()))
+    code, out, err = run_cli("-", "--mesh", "1x8", "-o", out_path, "--quiet")
+    assert code == 0, err
+    assert out == "" and err == ""
+    assert "sdy.mesh @mesh" in out_path.read_text()
+
+
+@pytest.mark.parametrize("layout, expected", [
+    # column then row: Megatron's one all_reduce
+    ({0: '[{"model"}, {}]', 1: '[{}, {"model"}]'}, ["all_reduce"]),
+    # both weights column-parallel: the intermediate must be gathered for the second matmul
+    ({0: '[{"model"}, {}]', 1: '[{"model"}, {}]'}, None),
+    # row then column
+    ({0: '[{}, {"model"}]', 1: '[{"model"}, {}]'}, None),
+])
+def test_evaluate_reports_exactly_what_shardy_produces(run_cli, tmp_path, layout, expected):
+    text = COLUMN_ROW.replace('[{"model"}, {}]>}, %arg1', f"{layout[0]}>}}, %arg1").replace(
+        '[{}, {"model"}]>}, %arg2', f"{layout[1]}>}}, %arg2")
+    src = tmp_path / "in.mlir"
+    src.write_text(text)
+    plan_path = tmp_path / "plan.json"
+    code, out, err = run_cli(src, "--evaluate", "--plan-json", plan_path, "--quiet")
+    assert code == 0, err
+    printed = [ln.split("= sdy.")[1].split(" ")[0] for ln in out.splitlines()
+               if "= sdy." in ln and "sdy.constant" not in ln]
+    plan = json.loads(plan_path.read_text())
+    assert [c["kind"] for c in plan["collectives"]] == printed
+    if expected is not None:
+        assert printed == expected
+    else:
+        assert printed and printed != ["all_reduce"]
+    assert plan["search"]["candidates_evaluated"] == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.mlir", "--mesh", "2x4"], "missing.mlir"),
+    ([MLP, "--mesh", "3x0"], "--mesh '3x0'"),
+    ([MLP, "--mesh", "abc"], "--mesh 'abc'"),
+    ([MLP, "--mesh", "3x3"], "not one tt-mlir accepts"),
+    ([MLP], "no target mesh"),
+    ([MLP, "--mesh", "2x4", "--parallelism", "pipeline"], "--parallelism"),
+    ([MLP, "--mesh", "2x4", "--system", "no-such-system"], "no-such-system"),
+    ([MLP, "--mesh", "2x4", "--bogus"], "unrecognized arguments"),
+    ([MLP, "--pass-pipeline", "builtin.module(no-such-pass)"], "unknown pass"),
+])
+def test_bad_input_is_one_line_and_exit_1(run_cli, tmp_path, args, message):
+    out_path = tmp_path / "never.mlir"
+    code, out, err = run_cli(*args, "-o", out_path)
+    assert code == 1
+    assert err.count("\n") == 1 and err.startswith("shard-opt: error:"), err
+    assert message in err
+    assert "Traceback" not in err
+    assert not out_path.exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n", "cannot parse"),
+    ("module { func.func @main( }", "cannot parse"),
+    ("this is not mlir", "cannot parse"),
+])
+def test_malformed_mlir(run_cli, tmp_path, text, message):
+    src = tmp_path / "bad.mlir"
+    src.write_text(text)
+    code, out, err = run_cli(src, "--mesh", "2x4", "-o", tmp_path / "o.mlir")
+    assert code == 1 and message in err and str(src) in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "o.mlir").exists()
+
+
+def test_unwritable_output(run_cli, tmp_path):
+    code, out, err = run_cli(MLP, "--mesh", "2x4", "-o", tmp_path / "no" / "such" / "dir.mlir")
+    assert code == 1 and "does not exist" in err
+
+
+def test_flags_accept_single_dash(run_cli):
+    code, out, err = run_cli(MLP, "-mesh", "1x8", "-quiet")
+    assert code == 0, err
+
+
+def test_list_passes_and_systems(run_cli):
+    code, out, _ = run_cli("--list-passes")
+    assert code == 0 and "shardy-propagate" in out and "collect-collectives" in out
+    code, out, _ = run_cli("--list-systems")
+    assert code == 0 and "wh-loudbox" in out and "2x4" in out

@@ -1,0 +1,106 @@
+"""The search: Megatron where it is optimal, the brute-force optimum everywhere it can be checked."""
+
+import itertools
+import json
+import os
+
+import pytest
+
+from shard_opt import costmodel, frontends
+from shard_opt.candidates import PARALLELISM, argument_options
+from shard_opt.driver import Options, optimize
+from shard_opt.evaluate import Evaluator, follows_consumer
+from shard_opt.sharding import Mesh
+
+from conftest import EXAMPLES
+
+MLP = os.path.join(EXAMPLES, "mlp.mlir")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return frontends.load(MLP)
+
+
+def plan_for(model, mesh, parallelism=PARALLELISM, **kw):
+    return optimize(model, Options(meshes=[Mesh.parse(mesh)], parallelism=tuple(parallelism), progress=False, **kw)).plan
+
+
+def shardings(plan):
+    return {a["name"]: a["sharding"] for a in plan["arguments"]}
+
+
+def test_tensor_only_on_a_line_is_megatron_column_then_row(mlp):
+    plan = plan_for(mlp, "1x8", ["tensor"])
+    s = shardings(plan)
+    assert s["fc1.weight"] == [["model"], []]  # split on output features (column)
+    assert s["fc2.weight"] == [[], ["model"]]  # split on input features (row)
+    assert s["fc1.bias"] == [["model"]]  # Shardy splits the column bias with its weight
+    assert [c["kind"] for c in plan["collectives"]] == ["all_reduce"]
+    assert plan["collectives"][0]["axes"] == ["model"]
+    assert s["x"] == [[], [], []]  # activations whole
+
+
+def test_tensor_only_on_2x4_beats_megatron_and_keeps_activations_whole(mlp):
+    plan = plan_for(mlp, "2x4", ["tensor"])
+    assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"]
+    assert plan["cost"]["total_us"] < plan["baselines"]["replicated"]["total_us"]
+    s = shardings(plan)
+    assert s["x"] == [[], [], []]
+    kinds = [c["kind"] for c in plan["collectives"]]
+    assert kinds.count("all_reduce") == 1
+
+
+def brute_force(model, mesh_spec, parallelism):
+    """The optimum by enumerating every per-argument option, without the search code."""
+    mesh = Mesh.parse(mesh_spec)
+    system = costmodel.get_system(costmodel.default_system_for_mesh(mesh.shape))
+    ev = Evaluator(model, mesh, system, costmodel.get_cost_model("tenstorrent"))
+    free = [a for a in model.arguments if not follows_consumer(a)]  # 1-D params stay open
+    per_arg = [argument_options(a, [mesh], set(parallelism)) for a in free]
+    best = None
+    for combo in itertools.product(*per_arg):
+        s = ev.run({a.index: sh for a, sh in zip(free, combo)}).score
+        if best is None or s.total_us < best.total_us:
+            best = s
+    return best, len(list(itertools.product(*per_arg)))
+
+
+@pytest.mark.parametrize("mesh, parallelism", [("2x4", PARALLELISM), ("2x4", ["tensor"])])
+def test_plan_is_the_brute_force_optimum(mlp, mesh, parallelism):
+    plan = plan_for(mlp, mesh, parallelism, baselines=False)
+    best, n = brute_force(mlp, mesh, parallelism)
+    assert plan["search"]["exhaustive"] and plan["search"]["candidates_evaluated"] == n
+    assert plan["cost"]["total_us"] == round(best.total_us, 3)  # the plan JSON keeps 3 decimals
+
+
+def test_plan_json_has_the_design_fields(mlp):
+    plan = plan_for(mlp, "2x4")
+    for key in ("model", "mesh", "system", "arguments", "collectives", "cost", "baselines", "search"):
+        assert key in plan
+    assert plan["mesh"] == {"shape": [2, 4], "axes": ["batch", "model"]}
+    assert set(plan["baselines"]) == {"replicated", "megatron", "autoshard-heuristic"}
+    c = plan["cost"]
+    assert c["ccl_count"] == len(plan["collectives"])
+    assert c["ccl_bytes"] == sum(x["bytes_per_device"] for x in plan["collectives"])
+    assert c["ccl_us"] == pytest.approx(sum(x["time_us"] for x in plan["collectives"]), abs=1e-2)
+    json.dumps(plan)  # serialisable
+
+
+def test_search_is_deterministic(mlp):
+    a = plan_for(mlp, "2x4")
+    b = plan_for(mlp, "2x4")
+    a["search"].pop("seconds"), b["search"].pop("seconds")
+    assert a == b
+
+
+def test_every_listed_mesh_must_divide(mlp):
+    plan = optimize(mlp, Options(meshes=[Mesh.parse("2x4"), Mesh.parse("1x8")], progress=False)).plan
+    for a in plan["arguments"]:
+        for dim, axes in zip(a["shape"], a["sharding"]):
+            for m in ([2, 4], [1, 8]):
+                f = 1
+                for ax in axes:
+                    f *= dict(zip(["batch", "model"], m))[ax]
+                assert dim % f == 0
+    assert len(plan["meshes"]) == 2
