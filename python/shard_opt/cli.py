@@ -117,8 +117,29 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _prepare_xla(ns) -> None:
+    """``--verify-numerics`` needs as many virtual CPU devices as the largest mesh; XLA reads
+    the flag once, when jax starts, so it is set before anything imports jax's backend."""
+    if not ns.verify_numerics:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # no C++ info lines on stderr
+    want = max([32 if ns.devices == 32 else (ns.devices or 1)] +
+               [_device_count(m) for m in ns.mesh])
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={max(want, 8)}".strip()
+
+
+def _device_count(spec: str) -> int:
+    n = 1
+    for part in spec.lower().split("x"):
+        n *= int(part) if part.isdigit() else 1
+    return n
+
+
 def _run(argv: list[str]) -> int:
     ns = _parse(argv)
+    _prepare_xla(ns)
     out = sys.stdout
     if ns.list_passes:
         from shard_opt.pass_manager import list_passes
@@ -316,10 +337,12 @@ def _verify_numerics(outcomes) -> None:
         for s in o.plan["mesh"]["shape"]:
             n *= s
         res = verify_numerics(o.annotated_text, num_devices=n)
-        o.plan["numerics"] = res.as_dict() if hasattr(res, "as_dict") else dict(vars(res))
-        sys.stderr.write(f"shard-opt: numerics: {res}\n")
+        o.plan["numerics"] = {"passed": res.passed, "max_abs_err": res.max_abs_err,
+                              "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
+                              "num_devices": res.num_devices, "seed": res.seed}
+        sys.stderr.write(f"shard-opt: numerics: {res.summary()}\n")
         if not res.passed:
-            raise UserError(f"{o.model.name}: the sharded program does not match the unsharded one: {res}")
+            raise UserError(f"{o.model.name}: the sharded program does not match the unsharded one: {res.summary()}")
 
 
 def _emit_torch(outcome) -> str:
