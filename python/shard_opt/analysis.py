@@ -7,6 +7,7 @@ collective from a pattern: it only reads the ops Shardy put in the IR.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -59,12 +60,17 @@ def meshes_of(module) -> dict[str, Mesh]:
 
 
 def _per_value(op) -> list[TensorSharding] | None:
-    if "sdy.sharding" in op.attributes:
-        text = str(op.attributes["sdy.sharding"])
-        return [TensorSharding.parse(b) for b in re.findall(r"<@[^<>]*?\[.*?\][^<>]*?>", text)]
-    if "out_sharding" in op.attributes:
-        return [TensorSharding.parse(str(op.attributes["out_sharding"]))]
+    attrs = op.attributes
+    if "sdy.sharding" in attrs:
+        return _per_value_text(str(attrs["sdy.sharding"]))
+    if "out_sharding" in attrs:
+        return [TensorSharding.parse(str(attrs["out_sharding"]))]
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _per_value_text(text: str) -> list[TensorSharding]:
+    return [TensorSharding.parse(b) for b in re.findall(r"<@[^<>]*?\[.*?\][^<>]*?>", text)]
 
 
 def arg_shardings(func) -> list[TensorSharding | None]:
@@ -106,8 +112,15 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
             weight_values.add(a)
             origin[a] = a.arg_number
 
+    types: dict = {}
+
+    def type_of(t):
+        if t not in types:
+            types[t] = ir.tensor_type(t)
+        return types[t]
+
     def local_of(value):
-        tt = ir.tensor_type(value.type)
+        tt = type_of(value.type)
         if tt is None:
             return (), "f32"
         shape, dtype = tt

@@ -182,6 +182,10 @@ class Evaluator:
             self.memo[key] = Score.of(self.cost_model.price(facts, self.system), facts)
         return self.memo[key]
 
+    def screen_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
+        """A cheap proxy score for ranking moves; for a single model, the score itself."""
+        return self.score_many(groups, assignments)
+
     def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
         """Scores of many candidates; the ones never propagated run in parallel."""
         todo = {}
@@ -247,6 +251,10 @@ class LayeredEvaluator:
     def with_cost_model(self, cost_model) -> "LayeredEvaluator":
         return LayeredEvaluator(self.e1.with_cost_model(cost_model), self.e2.with_cost_model(cost_model),
                                 self.layers)
+
+    def screen_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
+        """The 1-layer model's scores: a proxy that ranks moves at half the cost."""
+        return self.e1.score_many(groups, assignments)
 
     def score_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
         self.e1.score_many(groups, assignments)

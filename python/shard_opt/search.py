@@ -76,6 +76,7 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
     sizes = [len(g.options) for g in groups]
     space = math.prod(sizes)
     scored: dict[tuple, Score] = {}
+    screened: set[tuple] = set()  # candidates ranked by the cheap proxy only
 
     def score(a: tuple[int, ...]) -> Score:
         if a not in scored:
@@ -100,8 +101,9 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         score_all(start)  # also times one evaluation, which decides whether workers pay
         moves = _moves(groups, scorer)
         best = min(start, key=lambda a: (score(a).key(), a))
-        best = _local_search(best, moves, score, score_all,
-                             lambda b: progress.update(len(scored), None, score(b)))
+        best = _local_search(best, moves, groups, scorer, score, score_all,
+                             lambda b: progress.update(len(scored) + len(screened), None, score(b)),
+                             screened)
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -111,8 +113,8 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
             if alt in scored:
                 label = f"{g.role}: {describe_sharding(g.options[o])}"
                 neighbours.append((label, scored[alt], {g.role: g.options[o].axis_names()}))
-    return SearchResult(groups, best, score(best), len(scored), time.monotonic() - t0, exhaustive,
-                        neighbours, scored)
+    return SearchResult(groups, best, score(best), len(screened | set(scored)), time.monotonic() - t0,
+                        exhaustive, neighbours, scored)
 
 
 def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
@@ -135,22 +137,60 @@ def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
     return moves
 
 
-def _local_search(best, moves, score, score_all, tick, max_rounds: int = 20):
-    """Steepest descent: each round scores every move from the current plan (in
-    parallel) and takes the best one, until none improves. Deterministic: ties break on
-    the assignment itself."""
+def _local_search(best, moves, groups, scorer, score, score_all, tick, screened: set, *,
+                  max_rounds: int = 30, verify: int = 4, keep: int = 20):
+    """Best-improvement local search with cheap screening.
+
+    Each round applies every active move to the current plan and ranks the results by
+    the scorer's proxy (the 1-layer model for a deep model, the score itself otherwise);
+    the ``verify`` best-ranked are scored for real. The best improving one is taken, and
+    the other improving ones that change different groups are added to it one by one
+    while the combination keeps improving (fewer rounds on a deep model). After the first
+    round only the ``keep`` most promising moves stay active; when no active move
+    improves, one last round over all moves confirms the local optimum. Deterministic:
+    ranks break ties on the assignment itself.
+    """
+    def apply(move, base):
+        cand = list(base)
+        for gi, o in move.items():
+            cand[gi] = o
+        return tuple(cand)
+
+    def key(a):
+        return (score(a).key(), a)
+
+    active = moves
     for _ in range(max_rounds):
-        cands = []
-        for move in moves:
-            cand = list(best)
-            for gi, o in move.items():
-                cand[gi] = o
-            cands.append(tuple(cand))
-        score_all(cands)
-        nxt = min(cands + [best], key=lambda a: (score(a).key(), a))
-        tick(nxt)
-        if nxt == best:
+        cands = list(dict.fromkeys(c for c in (apply(m, best) for m in active) if c != best))
+        if not cands:
             break
+        proxy = dict(zip(cands, scorer.screen_many(groups, cands)))
+        screened.update(cands)
+        ranked = sorted(cands, key=lambda a: (proxy[a].key(), a))
+        top = ranked[:verify]
+        score_all(top)
+        improving = sorted((a for a in top if key(a) < key(best)), key=key)
+        nxt = best
+        if improving:
+            nxt = improving[0]
+            changed = {i for i, (x, y) in enumerate(zip(nxt, best)) if x != y}
+            for a in improving[1:]:
+                diff = {i: a[i] for i, (x, y) in enumerate(zip(a, best)) if x != y}
+                if changed.isdisjoint(diff):
+                    combo = apply(diff, nxt)
+                    score_all([combo])
+                    if key(combo) < key(nxt):
+                        nxt, changed = combo, changed | set(diff)
+        tick(nxt)
+        full = active is moves
+        if nxt == best:
+            if full:
+                break  # no move at all improves: a local optimum
+            active = moves  # confirm over every move before stopping
+            continue
+        if full and len(moves) > keep:
+            rank = {c: i for i, c in enumerate(ranked)}
+            active = sorted(moves, key=lambda m: rank.get(apply(m, best), len(rank)))[:keep]
         best = nxt
     return best
 

@@ -14,6 +14,7 @@ parsed and their size is honoured when computing local shapes.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -147,8 +148,12 @@ class TensorSharding:
         return TensorSharding(tuple(() for _ in range(rank)), mesh_name)
 
     @staticmethod
+    @functools.lru_cache(maxsize=65536)
     def parse(text: str) -> "TensorSharding":
-        """Parse ``#sdy.sharding<@mesh, [...]>`` or the ``<@mesh, [...]>`` body Shardy prints."""
+        """Parse ``#sdy.sharding<@mesh, [...]>`` or the ``<@mesh, [...]>`` body Shardy prints.
+
+        Cached: a search parses the same few hundred sharding strings over and over.
+        """
         m = re.search(r"<\s*@([\w.$-]+)\s*,\s*\[(.*?)\]\s*(?:,[^>]*)?>", text)
         if not m:
             raise ValueError(f"not an sdy tensor sharding: {text}")
