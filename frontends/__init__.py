@@ -49,6 +49,8 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
         from shard_opt.frontends.zoo import load_zoo
 
         return load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+    if os.path.isdir(input):
+        raise UserError(f"{input}: is a directory; give a .py load script, a .mlir file, '-' (stdin) or zoo:NAME")
     ext = os.path.splitext(input)[1].lower()
     if input == "-" or ext == ".mlir":
         if layers is not None:
@@ -56,7 +58,7 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
                             f"drop --layers")
         if phase == "decode":
             raise UserError(f"{input}: --phase decode applies to load scripts and zoo models; a .mlir "
-                            f"module is analysed as written")
+                            f"module is analysed as written: drop --phase decode")
         from shard_opt.frontends.mlir_frontend import load_mlir
 
         return load_mlir(input)

@@ -75,7 +75,7 @@ def _arg_attr_dicts(func) -> list[dict]:
 def arguments_of(module, *, where: str = "<input>") -> list[Argument]:
     """Arguments of ``@main`` with names and kinds recovered as the module docstring says."""
     irm = ir.ir()
-    func = ir.main_func(module)
+    func = ir.main_func(module, where)
     attrs = _arg_attr_dicts(func)
     args = []
     with module.context:
@@ -144,25 +144,73 @@ def strip_annotations(text: str) -> str:
 
 
 def load_mlir_text(text: str, *, name: str, where: str) -> LoweredModel:
-    """Validate ``text`` (parse, find ``@main``) and read its arguments. The text is kept as given."""
+    """Validate ``text`` (parse, static shapes, find ``@main``) and read its arguments. The text is kept as given."""
     if not text.strip():
         raise UserError(f"{where}: empty input; give a StableHLO module")
     module = ir.parse(text, filename=where)
+    check_static_shapes(module, text, where=where)
     args = arguments_of(module, where=where)
     layers = {a.layer for a in args if a.layer is not None}
     return LoweredModel(name=name, text=text, arguments=args, source="mlir",
                         num_layers=(max(layers) + 1) if layers else None)
 
 
+_MAYBE_DYNAMIC = re.compile(r"tensor<(?:\d+x)*[?*]")
+
+
+def check_static_shapes(module, text: str, *, where: str) -> None:
+    """Reject dynamic (``tensor<?x16xf32>``) and unranked tensors: Shardy needs static shapes.
+
+    The text is searched first (fast); only a hit walks the IR, to name the value and its place.
+    """
+    if not _MAYBE_DYNAMIC.search(text):
+        return
+    irm = ir.ir()
+
+    def dynamic(t) -> bool:
+        return ir.is_dynamic(t) or isinstance(t, irm.UnrankedTensorType)
+
+    with module.context:
+        for op in ir.walk_ops(module.operation):
+            found = None
+            for region in op.regions:
+                for block in region.blocks:
+                    for i, a in enumerate(block.arguments):
+                        if found is None and dynamic(a.type):
+                            found = (f"argument {i}", a.type)
+            for i, r in enumerate(op.results):
+                if found is None and dynamic(r.type):
+                    found = (f"result {i}", r.type)
+            if found:
+                what = op.operation.name
+                if what == "func.func":
+                    what = "@" + irm.StringAttr(op.attributes["sym_name"]).value
+                raise UserError(
+                    f"{ir.location_text(op.location, where)}: {what} {found[0]} has a dynamic shape "
+                    f"({found[1]}); shard-opt needs static shapes: export the model with concrete input shapes"
+                )
+
+
+def _decode(data: bytes, where: str) -> str:
+    """UTF-8 text with universal newlines, as text-mode ``open`` reads it."""
+    try:
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{where}: not a text file (byte {data[e.start]:#04x} at offset {e.start} is not UTF-8); "
+                        f"give the StableHLO module as text") from None
+
+
 def load_mlir(path: str) -> LoweredModel:
     """A ``.mlir`` file, or ``-`` for stdin."""
     if path == "-":
-        return load_mlir_text(sys.stdin.read(), name="stdin", where="<stdin>")
+        stdin = getattr(sys.stdin, "buffer", None)
+        text = _decode(stdin.read(), "<stdin>") if stdin is not None else sys.stdin.read()
+        return load_mlir_text(text, name="stdin", where="<stdin>")
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such file; check the path")
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: cannot read: {e}") from None
+        with open(path, "rb") as f:
+            text = _decode(f.read(), path)
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
     return load_mlir_text(text, name=os.path.splitext(os.path.basename(path))[0], where=path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -91,10 +92,10 @@ def main(args: list[str] | None = None) -> int:
             return _verify_ir(argv[1:])
         return _run(_normalise(argv))
     except UserError as e:
-        sys.stderr.write(f"shard-opt: error: {e}\n")
+        sys.stderr.write(f"shard-opt: error: {_one_line(e)}\n")
         return 1
     except PassError as e:
-        sys.stderr.write(f"shard-opt: internal error: {e}\n")
+        sys.stderr.write(f"shard-opt: internal error: {_one_line(e)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("shard-opt: interrupted\n")
@@ -103,8 +104,14 @@ def main(args: list[str] | None = None) -> int:
         fd, path = tempfile.mkstemp(prefix="shard-opt-crash-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
             f.write("shard-opt " + " ".join(argv) + "\n\n" + traceback.format_exc())
-        sys.stderr.write(f"shard-opt: internal error: {type(e).__name__}: {e} (details and repro: {path})\n")
+        sys.stderr.write(f"shard-opt: internal error: {type(e).__name__}: {_one_line(e)} "
+                         f"(details and repro: {path})\n")
         return 2
+
+
+def _one_line(e: BaseException) -> str:
+    """The contract is one line on stderr: fold whatever newlines a message carries."""
+    return " ".join(str(e).split())
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -157,6 +164,9 @@ def _run(argv: list[str]) -> int:
         raise UserError("no INPUT given: pass a .mlir file, '-', a load script .py or zoo:NAME (see shard-opt --help)")
 
     axes = tuple(a.strip() for a in ns.axis_names.split(",") if a.strip())
+    if not axes or len(set(axes)) != len(axes) or not all(re.fullmatch(r"[A-Za-z_][\w.-]*", a) for a in axes):
+        raise UserError(f"--axis-names {ns.axis_names!r}: give distinct names (letters, digits, _ . -), one per mesh "
+                        f"dim, e.g. batch,model")
     from shard_opt.sharding import Mesh
 
     meshes = [Mesh.parse(m, axes) for m in ns.mesh]
@@ -173,7 +183,8 @@ def _run(argv: list[str]) -> int:
     if ns.devices and meshes:
         raise UserError("give either --mesh or --devices, not both")
     if ns.devices and ns.devices not in STANDARD_MESHES:
-        raise UserError(f"--devices {ns.devices}: standard systems have {', '.join(map(str, STANDARD_MESHES))} chips")
+        raise UserError(f"--devices {ns.devices}: standard systems have {', '.join(map(str, STANDARD_MESHES))} chips; "
+                        f"pass one of those, or --mesh RxC")
     if ns.emit_torch and not ns.in_place and len(ns.inputs) == 1 and _same_file(ns.emit_torch, ns.inputs[0]):
         raise UserError(f"--emit-torch {ns.emit_torch} would overwrite the input script; add --in-place to allow it")
     outputs = [p for p in (ns.output, ns.plan_json, ns.report, ns.emit_torch, ns.emit_lit_test) if p and p != "-"]
@@ -187,6 +198,8 @@ def _run(argv: list[str]) -> int:
 
     models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
                              dtype=ns.dtype) for i in ns.inputs]
+    if ns.emit_torch:  # before the search: fail fast
+        _check_torch_source(models[0])
     if ns.describe:
         from shard_opt.frontends.describe import format_architecture
 
@@ -234,11 +247,9 @@ def _run(argv: list[str]) -> int:
         files[ns.emit_lit_test] = emit_lit_test(outcomes[0].annotated_text, outcomes[0].plan, run_args=run_args)
     if ns.output:
         files[ns.output] = main_text
-    for path, data in files.items():
-        if path == "-":
-            out.write(data)
-        else:
-            _write_atomic(path, data)
+    for data in [d for p, d in files.items() if p == "-"]:
+        out.write(data)
+    _write_all({p: d for p, d in files.items() if p != "-"})
     if not ns.output and ns.plan_json != "-":
         out.write(main_text if main_text.endswith("\n") else main_text + "\n")
     if not ns.quiet:
@@ -265,6 +276,8 @@ def _optimize_all(models, opts, ns):
         trials.append((slowest.plan["cost"]["total_us"] or float("inf"), shape, outs, slowest))
     best = min(trials, key=lambda t: t[0])
     _, shape, outs, slowest = best
+    for o in outs:
+        _note_nothing_to_split(o.plan, opts.parallelism)
     why = None
     if len(trials) > 1:
         parts = [f"{t[1].spec}: slowest model {t[0]:.1f} us" for t in trials]
@@ -279,6 +292,22 @@ def _optimize_all(models, opts, ns):
     if why:
         plan["notes"] = [why]
     return outs, plan
+
+
+def _note_nothing_to_split(plan: dict, parallelism) -> None:
+    """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
+    is replicated by necessity, not because splits lost. Say so in the plan and on stderr."""
+    meshes = plan.get("meshes") or [plan["mesh"]]
+    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m["axes"], m["shape"]) if n > 1})
+    if plan["groups"] or not sizes:
+        return
+    note = (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
+            f"by a mesh axis ({', '.join(sizes)}), so every argument is replicated and each chip runs the whole "
+            f"model; to shard it, choose a mesh whose axis sizes divide the model's dimensions"
+            + ("" if set(parallelism) >= {"tensor", "sequence", "data"} else " or allow more --parallelism"))
+    plan["strategy"] = "replicated (nothing can be split on this mesh)"
+    plan.setdefault("notes", []).append(note)
+    sys.stderr.write(f"shard-opt: WARNING: {plan['model']}: {note}\n")
 
 
 def _with_meshes(opts, meshes):
@@ -319,14 +348,17 @@ def _run_pipeline(ns, meshes) -> int:
     return 0
 
 
-def _read_text(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+def _read_text(source: str, what: str = "input") -> str:
+    """A text file (or ``-``, stdin); unreadable or non-UTF-8 input is a ``UserError``."""
     try:
-        with open(source) as f:
+        if source == "-":
+            return sys.stdin.read()
+        with open(source, encoding="utf-8") as f:
             return f.read()
     except OSError as e:
-        raise UserError(f"cannot read {source}: {e.strerror}") from None
+        raise UserError(f"cannot read {what} {source}: {e.strerror}; check the path") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"{source}: not a text file (offset {e.start} is not UTF-8); give the {what} as text") from None
 
 
 def _verify_numerics(outcomes) -> None:
@@ -351,13 +383,17 @@ def _emit_torch(outcome) -> str:
         from shard_opt.emit.jax_code import emit_jax
 
         return emit_jax(outcome.plan)
-    if not model.script_path:
-        raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
-                        f"(for .mlir the annotated module is the deliverable: use -o)")
+    _check_torch_source(model)
     from shard_opt.emit.torch_script import emit_torch
 
     with open(model.script_path) as f:
         return emit_torch(f.read(), outcome.plan)
+
+
+def _check_torch_source(model) -> None:
+    if model.source != "jax" and not model.script_path:
+        raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
+                        f"(for .mlir the annotated module is the deliverable: use -o)")
 
 
 def _chart_bytes(write_chart, plan) -> bytes:
@@ -376,24 +412,42 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _check_writable(path: str) -> None:
+    """Fail before any work if ``path`` cannot be written.
+
+    A file or directory with no write permission bit is read-only here even for root
+    (who the OS would let write it): the user marked it so, shard-opt does not overwrite it.
+    """
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
-        raise UserError(f"cannot write {path}: directory {d} does not exist")
-    if not os.access(d, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise UserError(f"cannot write {path}: permission denied; choose a writable path")
+        raise UserError(f"cannot write {path}: directory {d} does not exist; create it or choose another path")
+    if os.path.isdir(path):
+        raise UserError(f"cannot write {path}: it is a directory; give a file path")
+    for target, what in ((path, "the file"), (d, f"directory {d}")):
+        if os.path.exists(target) and not (os.access(target, os.W_OK) and os.stat(target).st_mode & 0o222):
+            raise UserError(f"cannot write {path}: {what} is read-only; choose a writable path")
 
 
 def _write_atomic(path: str, data) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".shard-opt-", suffix=".tmp")
+    _write_all({path: data})
+
+
+def _write_all(files: dict) -> None:
+    """Write every file or none: each goes to a temporary file beside it, then all are renamed into place."""
+    staged, current = [], None
     try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        for current, data in files.items():
+            d = os.path.dirname(os.path.abspath(current))
+            fd, tmp = tempfile.mkstemp(dir=d, prefix=".shard-opt-", suffix=".tmp")
+            staged.append((tmp, current))
+            with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+                f.write(data)
+        for tmp, current in staged:
+            os.replace(tmp, current)
     except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise UserError(f"cannot write {path}: {e.strerror}") from None
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise UserError(f"cannot write {current}: {e.strerror}; choose a writable path") from None
 
 
 def summary_line(plan: dict) -> str:
@@ -425,18 +479,16 @@ def _verify_ir(argv: list[str]) -> int:
 
     plan_path, dump_path = argv
     try:
-        with open(plan_path) as f:
-            plan = json.load(f)
-    except OSError as e:
-        raise UserError(f"cannot read {plan_path}: {e.strerror}") from None
+        plan = json.loads(_read_text(plan_path, what="plan"))
     except json.JSONDecodeError as e:
-        raise UserError(f"{plan_path}: not valid JSON (line {e.lineno}): is it a --plan-json output?") from None
-    try:
-        with open(dump_path) as f:
-            dump = f.read()
-    except OSError as e:
-        raise UserError(f"cannot read {dump_path}: {e.strerror}") from None
-    result = verify_ir(plan, dump)
+        raise UserError(f"{plan_path}:{e.lineno}: not valid JSON; pass the file written by --plan-json") from None
+    if isinstance(plan, dict) and plan.get("pipeline"):
+        raise UserError(f"{plan_path}: a pipeline plan; verify-ir checks one model: save the model's entry of "
+                        f"\"pipeline\" as its own file and pass that")
+    if not isinstance(plan, dict) or not {"mesh", "collectives"} <= plan.keys():
+        raise UserError(f"{plan_path}: not a shard-opt plan (no mesh and collectives); pass the file written by "
+                        f"--plan-json")
+    result = verify_ir(plan, _read_text(dump_path, what="dump"))
     sys.stdout.write(format_result(result) + "\n")
     return 0 if getattr(result, "ok", getattr(result, "match", False)) else 1
 

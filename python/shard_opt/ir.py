@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import threading
 
@@ -43,28 +44,56 @@ def shared_context():
 
 
 def parse(text: str, *, filename: str = "<input>", context=None):
-    """Parse module text; a syntax error becomes one ``UserError`` line."""
+    """Parse module text; a syntax error becomes one ``UserError`` line: ``FILE:LINE:COL: ...; what to do``."""
     _ir = ir()
     ctx = context or shared_context()
     with ctx:
         try:
             return _ir.Module.parse(text)
         except Exception as e:  # jaxlib raises MLIRError with diagnostics
-            raise UserError(f"{filename}: cannot parse MLIR: {_first_diagnostic(e)}") from None
+            loc, message = _diagnostic(e, filename)
+            hint = next((h for pattern, h in _PARSE_HINTS if pattern.search(message)), _PARSE_HINT)
+            raise UserError(f"{loc or filename}: cannot parse MLIR: {message}; {hint}") from None
 
 
-def _first_diagnostic(e: Exception) -> str:
-    msg = str(e).strip()
+# What to do about a parse error, by what its diagnostic says (first match wins).
+_PARSE_HINTS = (
+    (re.compile(r"unregistered dialect|Dialect `[^']*' not found"),
+     "shard-opt reads StableHLO (stablehlo, chlo, sdy, func ops): lower other dialects to StableHLO first"),
+    (re.compile(r"unknown mesh"), "declare the mesh (sdy.mesh @NAME = <[...]>) or drop the shardings that name it"),
+)
+_PARSE_HINT = "check that the file is a complete StableHLO module"
+# Advice written for mlir-opt users that does not apply to shard-opt.
+_MLIR_TOOL_ADVICE = re.compile(r"\s*If this is intended, please use -allow-unregistered-dialect.*$")
+
+
+def location_text(location, filename: str | None = None) -> str:
+    """``loc("-":3:10)`` -> ``FILE:3:10`` (``"-"`` is how MLIR names text parsed from memory)."""
+    text = str(location)
+    if text.startswith("loc(") and text.endswith(")"):
+        text = text[4:-1]
+    if filename and text.startswith('"-":'):
+        text = filename + text[3:]
+    return text
+
+
+def _diagnostic(e: Exception, filename: str | None = None) -> tuple[str | None, str]:
+    """(location, message) of the first error in an MLIR exception, each on one line."""
     diags = getattr(e, "error_diagnostics", None)
     if diags:
         d = diags[0]
-        loc = str(d.location).replace("loc(", "").rstrip(")")
-        return f"{loc}: {d.message}"
-    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-    for ln in lines:
-        if "error:" in ln:
-            return ln.split("error:", 1)[1].strip()
-    return lines[-1] if lines else "unknown error"
+        loc, message = location_text(d.location, filename), d.message
+    else:
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+        errors = [ln.split("error:", 1)[1].strip() for ln in lines if "error:" in ln]
+        loc, message = None, (errors[0] if errors else lines[-1] if lines else "unknown error")
+    message = " ".join(_MLIR_TOOL_ADVICE.sub("", message).split()).rstrip(".")
+    return loc, message
+
+
+def _first_diagnostic(e: Exception, filename: str | None = None) -> str:
+    loc, message = _diagnostic(e, filename)
+    return f"{loc}: {message}" if loc else message
 
 
 def print_module(module, *, debug_info: bool = False) -> str:
@@ -107,8 +136,8 @@ def clone(module):
         return ir().Module.parse(str(module.operation))
 
 
-def main_func(module):
-    """The public ``func.func @main`` (or the only public function)."""
+def main_func(module, where: str = "input module"):
+    """The public ``func.func @main`` (or the only public function); ``where`` names the input in the error."""
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
     for f in funcs:
         if f.attributes["sym_name"].value == "main":
@@ -116,7 +145,9 @@ def main_func(module):
     public = [f for f in funcs if "sym_visibility" not in f.attributes]
     if len(public) == 1:
         return public[0]
-    raise UserError("input module has no func.func @main; name the entry function main")
+    names = ", ".join("@" + f.attributes["sym_name"].value for f in public) or "none"
+    raise UserError(f"{where}: no func.func @main and not exactly one public function ({names}); "
+                    f"name the entry function main")
 
 
 def walk_ops(op):
