@@ -302,6 +302,23 @@ def input_names_for(model: nn.Module, n: int) -> list[str]:
     return names if len(set(names)) == n else [f"input{i}" for i in range(n)]
 
 
+def attention_shape(model) -> dict | None:
+    """Query heads, KV heads and head dim of a Hugging Face model's config (the search
+    explains its KV layout with them: grouped-query attention, references section 5)."""
+    from shard_opt.frontends.hf import text_config
+
+    try:
+        cfg = text_config(model)
+    except Exception:
+        return None
+    heads = getattr(cfg, "num_attention_heads", None) if cfg is not None else None
+    if not isinstance(heads, int):
+        return None
+    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return {"heads": heads, "kv_heads": kv, "head_dim": head_dim}
+
+
 def _owner_class(model: nn.Module, fqn: str) -> str:
     owner = fqn.rpartition(".")[0]
     try:
@@ -437,6 +454,9 @@ def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: 
         "param_count": sum(p.numel() for _, p in tr.params),
         "inputs": {n: list(x.shape) for n, x in zip(prog.input_names, tr.inputs)},
     })
+    attention = attention_shape(model)
+    if attention:
+        meta["attention"] = attention
     arch = None
     if describe:
         from shard_opt.frontends.describe import architecture

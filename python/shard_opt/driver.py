@@ -7,6 +7,8 @@ module texts the emitters need.
 
 from __future__ import annotations
 
+import math
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -123,8 +125,45 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
                 "exhaustive": result.exhaustive, "space_size": _space(groups), "rejected": rejected},
         memory_fallback=fallback, scored=score,
     )
+    kv = kv_layout(model, mesh, final.shardings)
+    if kv:
+        plan["kv_layout"] = kv
+        plan.setdefault("notes", []).append(kv["reason"])
     annotated = annotate(model, mesh, final.shardings)
     return Outcome(plan, annotated, final.text, model)
+
+
+KV_ROLES = re.compile(r"(k_proj|v_proj|key|value)\.weight$")
+
+
+def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict) -> dict | None:
+    """How the plan lays out grouped-query attention's KV heads, and why (in words).
+
+    With ``kv_heads`` KV heads and a K/V projection split ``f`` ways on its output
+    features: ``f`` dividing ``kv_heads`` keeps whole heads per device; a larger ``f``
+    splits inside a head (Shardy shards the head reshape on sub-axes), so the q.k
+    contraction over head_dim leaves partial sums; ``f`` = 1 replicates K/V.
+    """
+    att = model.meta.get("attention")
+    if not att or att["kv_heads"] == att["heads"]:
+        return None
+    kv_args = [a for a in model.arguments if a.kind == "param" and KV_ROLES.search(a.name)]
+    if not kv_args:
+        return None
+    s = shardings.get(kv_args[0].index)
+    f = s.split_factor(0, mesh) if s is not None and s.rank == 2 else 1
+    heads, kvh, hd = att["heads"], att["kv_heads"], att["head_dim"]
+    if f == 1:
+        why = (f"K/V projections replicated: {kvh} KV heads serve {heads} query heads "
+               f"(grouped-query attention); splitting them did not pay for its collectives")
+    elif kvh % f == 0:
+        why = f"{kvh} KV heads split {f} ways: {kvh // f} whole KV heads per device, no head is cut"
+    else:
+        why = (f"{kvh} KV heads do not divide the {f} devices the K/V projections are split over: "
+               f"each head's {hd}-wide head_dim is cut {f // math.gcd(f, kvh)} ways (Shardy shards the "
+               f"head reshape on sub-axes), so attention scores need a reduction; modeled cheaper "
+               f"than replicating K/V")
+    return {"heads": heads, "kv_heads": kvh, "head_dim": hd, "kv_split": f, "reason": why}
 
 
 def _space(groups) -> int:
@@ -180,6 +219,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         mesh = next(iter(meshes.values()))
     else:
         raise UserError(f"{model.name}: --evaluate needs a mesh: the module has no sdy.mesh; pass --mesh RxC")
+    mesh.check_supported()
     system_name, system = resolve_system(mesh, opts.system)
     cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
     existing = analysis.arg_shardings(ir.main_func(module))

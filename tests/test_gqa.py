@@ -1,0 +1,43 @@
+"""Grouped-query attention whose 8 KV heads do not divide 32 devices: a valid plan, explained."""
+
+import os
+
+import pytest
+
+from shard_opt import frontends
+from shard_opt.driver import Options, optimize
+from shard_opt.sharding import Mesh
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "gqa_llama.py")
+
+
+@pytest.fixture(scope="module")
+def plan():
+    model = frontends.load(SCRIPT)
+    assert model.meta["attention"] == {"heads": 32, "kv_heads": 8, "head_dim": 8}
+    return optimize(model, Options(meshes=[Mesh.parse("8x4")], progress=False)).plan
+
+
+def test_plan_is_valid_on_32_devices(plan):
+    sizes = dict(zip(plan["mesh"]["axes"], plan["mesh"]["shape"]))
+    assert plan["mesh"]["shape"] == [8, 4]
+    for a in plan["arguments"]:
+        for dim, axes in zip(a["shape"], a["sharding"]):
+            f = 1
+            for ax in axes:
+                f *= sizes[ax]
+            assert dim % f == 0, (a["name"], a["sharding"])
+    assert plan["cost"]["total_us"] is not None  # priced: no unsupported collective
+    assert all(c["kind"] != "collective_permute" for c in plan["collectives"])
+
+
+def test_kv_layout_is_explained(plan):
+    kv = plan["kv_layout"]
+    assert (kv["heads"], kv["kv_heads"]) == (32, 8)
+    k = next(a for a in plan["arguments"] if a["name"].endswith("layers.0.self_attn.k_proj.weight"))
+    sizes = dict(zip(plan["mesh"]["axes"], plan["mesh"]["shape"]))
+    f = 1
+    for ax in k["sharding"][0]:
+        f *= sizes[ax]
+    assert kv["kv_split"] == f
+    assert "8 KV heads" in kv["reason"] and kv["reason"] in plan["notes"]
