@@ -117,3 +117,29 @@ def test_sub_axis_collective_counts_only_its_devices():
     assert c.kind == "all_gather" and c.axes == ("model",)
     assert c.group_size == 2
     assert c.in_local_shape == (2, 16) and c.out_local_shape == (4, 16)
+
+
+def test_collectives_inside_called_functions_count_at_each_call():
+    """JAX lowers helpers to private functions: their collectives count once per call."""
+    text = """module {
+  sdy.mesh @mesh = <["batch"=2, "model"=4]>
+  func.func @main(%w1: tensor<256x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}, %x: tensor<128x256xf32>) -> (tensor<128x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {
+    %0 = func.call @proj(%x, %w1) : (tensor<128x256xf32>, tensor<256x64xf32>) -> tensor<128x64xf32>
+    %1 = func.call @proj(%x, %w1) : (tensor<128x256xf32>, tensor<256x64xf32>) -> tensor<128x64xf32>
+    %2 = stablehlo.add %0, %1 : tensor<128x64xf32>
+    return %2 : tensor<128x64xf32>
+  }
+  func.func private @proj(%a: tensor<128x256xf32>, %b: tensor<256x64xf32>) -> tensor<128x64xf32> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<128x256xf32>, tensor<256x64xf32>) -> tensor<128x64xf32>
+    return %0 : tensor<128x64xf32>
+  }
+}"""
+    module = ir.parse(text)
+    ctx = PassContext()
+    PassManager(parse_pipeline("shardy-propagate, collect-collectives"), ctx).run(module)
+    printed = ir.print_module(module)
+    callee = printed[printed.index("func.func private @proj"):]
+    assert callee.count("sdy.all_reduce {\"model\"}") == 1  # one all_reduce, in the callee
+    assert [(c.kind, c.axes) for c in ctx.facts.collectives] == [("all_reduce", ("model",))] * 2
+    dots = [o for o in ctx.facts.ops if o.name == "stablehlo.dot_general"]
+    assert len(dots) == 2 and dots[0].flops == 2 * 128 * 64 * 256 // 4  # local K = 256 / 4

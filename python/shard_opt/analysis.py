@@ -127,8 +127,32 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         s = shard.get(value)
         return (s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype
 
+    functions = {f.attributes["sym_name"].value: f for f in module.body.operations
+                 if f.operation.name == "func.func"}
+
+    def program(body, depth=0):
+        """Every op in program order, with each call site expanded into its callee (so a
+        function called twice counts twice); callee arguments inherit the caller's
+        operand shardings, origins and weight-ness."""
+        for op in ir.walk_ops(body):
+            yield op
+            if op.operation.name != "func.call" or depth > 16:
+                continue
+            callee = functions.get(op.attributes["callee"].value)
+            if callee is None or not callee.regions[0].blocks:
+                continue
+            own = arg_shardings(callee)
+            for operand, barg, s in zip(op.operands, callee.regions[0].blocks[0].arguments, own):
+                if s is not None or operand in shard:
+                    shard[barg] = s if s is not None else shard[operand]
+                if operand in origin:
+                    origin[barg] = origin[operand]
+                if operand in weight_values:
+                    weight_values.add(barg)
+            yield from program(callee, depth + 1)
+
     collective_ops = []
-    for index, op in enumerate(ir.walk_ops(func)):
+    for index, op in enumerate(program(func)):
         name = op.operation.name
         shardings = _per_value(op)
         if shardings:
