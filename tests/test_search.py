@@ -104,3 +104,13 @@ def test_every_listed_mesh_must_divide(mlp):
                     f *= dict(zip(["batch", "model"], m))[ax]
                 assert dim % f == 0
     assert len(plan["meshes"]) == 2
+
+
+@pytest.mark.parametrize("mesh", ["2x4", "1x8"])
+def test_transformer_block_at_least_as_fast_as_both_baselines(mesh):
+    block = frontends.load(os.path.join(EXAMPLES, "transformer_block.mlir"))
+    plan = plan_for(block, mesh)
+    assert not plan["search"]["exhaustive"]  # the local search, not enumeration
+    assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"]
+    assert plan["cost"]["total_us"] <= plan["baselines"]["autoshard-heuristic"]["total_us"]
+    assert plan["cost"]["total_us"] < plan["baselines"]["replicated"]["total_us"]

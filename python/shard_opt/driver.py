@@ -17,7 +17,7 @@ from shard_opt import analysis, costmodel, ir
 from shard_opt.baselines import autoshard_groups, megatron_shardings
 from shard_opt.candidates import PARALLELISM, describe_sharding, make_groups
 from shard_opt.errors import UserError
-from shard_opt.evaluate import Evaluator, Score
+from shard_opt.evaluate import Evaluator, Score, shardings_for
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
@@ -76,13 +76,17 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
     stream = opts.stream or sys.stderr
     progress = Progress(model.name, stream, enabled=opts.progress)
-    t0 = time.monotonic()
     scorer = make_scorer(model, mesh, system, cm)
-
-    all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
     mega = megatron_shardings(model, mesh)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model))
     seeds = [assignment_of(groups, mega)]
+    baselines = {}
+    if opts.baselines:
+        # priced first, so the search starts from the expert plan and from tt-mlir's pass's
+        # plan: whatever the search finds is at least as fast as both (when representable)
+        baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
+        seeds.append(assignment_of(groups, autoshard))
+    t0 = time.monotonic()
     result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                     scorer=scorer, progress=progress, seeds=seeds)
     seconds = time.monotonic() - t0
@@ -107,10 +111,6 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         )
         stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
         assignment, score = alt, alt_score
-
-    baselines = {}
-    if opts.baselines:
-        baselines = _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts)
 
     final = final_evaluation(model, mesh, system, cm, groups, assignment)
     group_info = _group_info(groups, assignment, result)
@@ -189,8 +189,11 @@ def _group_info(groups, assignment, result) -> list[dict]:
     return info
 
 
-def _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts) -> dict:
+def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
+    """Replicated, Megatron and AutoShardingPass plans, priced by ``scorer``; also the
+    autoshard plan's argument shardings (a seed for the search)."""
     out = {}
+    all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
     zero = tuple(0 for _ in all_groups)
     out["replicated"] = score_dict(scorer.score(all_groups, zero))
     out["megatron"] = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
@@ -199,11 +202,11 @@ def _baselines(model, mesh, meshes, system, cm, scorer, all_groups, mega, opts) 
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
     ag = autoshard_groups(model, mesh)
-    res = search(model, meshes, system, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
+    res = search(model, meshes, None, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
                  groups=ag, exhaustive_limit=1500)
     out["autoshard-heuristic"] = score_dict(scorer.score(ag, res.assignment))
     out["autoshard-heuristic"]["candidates_evaluated"] = res.candidates_evaluated
-    return out
+    return out, shardings_for(model, ag, res.assignment)
 
 
 def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
