@@ -119,3 +119,25 @@ def test_list_passes_and_systems(run_cli):
     assert code == 0 and "shardy-propagate" in out and "collect-collectives" in out
     code, out, _ = run_cli("--list-systems")
     assert code == 0 and "wh-loudbox" in out and "2x4" in out
+
+
+def test_devices_picks_a_standard_mesh_and_says_why(run_cli, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    code, out, err = run_cli(MLP, "--devices", "8", "--plan-json", plan_path, "--quiet", "-o", tmp_path / "o.mlir")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert plan["mesh"]["shape"] in ([2, 4], [1, 8])
+    (why,) = [n for n in plan["notes"] if n.startswith("--devices 8")]
+    assert "2x4:" in why and "1x8:" in why
+
+
+def test_pipeline_shares_one_mesh_chosen_for_the_slowest_model(run_cli, tmp_path):
+    block = os.path.join(EXAMPLES, "transformer_block.mlir")
+    plan_path = tmp_path / "plan.json"
+    code, out, err = run_cli(MLP, block, "--mesh", "1x8", "--plan-json", plan_path, "--quiet", "-o", tmp_path / "o.mlir")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert [p["model"] for p in plan["pipeline"]] == ["mlp", "transformer_block"]
+    assert plan["mesh"] == {"shape": [1, 8], "axes": ["batch", "model"]}
+    slowest = max(plan["pipeline"], key=lambda p: p["cost"]["total_us"])
+    assert plan["slowest"] == slowest["model"]
