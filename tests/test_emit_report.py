@@ -211,3 +211,36 @@ def test_design_md_minimum_plan_renders():
     text = render_report(minimal, png_path=None)
     assert all(s in text for s in SECTIONS)
     assert "| **Total** | | | **1** | | **1048576**" in text
+
+
+def test_report_is_the_same_whatever_the_search_took(plan):
+    """No wall-clock figure in the report: two runs of one plan give identical bytes."""
+    slow = copy.deepcopy(plan)
+    slow["search"]["seconds"] = plan["search"].get("seconds", 0) + 123.4
+    assert render_report(plan, png_path="r.png") == render_report(slow, png_path="r.png")
+
+
+def test_pairs_in_a_model_without_repeated_layers(plan):
+    """A single block (``self_attn.q_proj.weight``, no layer index): the pair's block is the
+    module holding the projections."""
+    p = copy.deepcopy(plan)
+    p["arguments"] = [dict(a, name=a["name"].replace("model.layers.0.", "")) for a in p["arguments"]
+                      if ".layers.1." not in a["name"]]
+    pairs = {pr["block"]: pr for pr in megatron_pairs(p)}
+    assert pairs["mlp"]["column"] == ["gate_proj", "up_proj"] and pairs["mlp"]["row"] == ["down_proj"]
+    assert pairs["self_attn"]["row"] == ["o_proj"]
+
+
+def test_why_not_megatron_prices_the_baseline(plan):
+    p = copy.deepcopy(plan)
+    mine = p["cost"]
+    p["baselines"]["megatron"] = {"total_us": mine["total_us"] + 50.0, "compute_us": mine["compute_us"] - 10.0,
+                                  "ccl_us": mine["ccl_us"] + 60.0, "ccl_count": mine["ccl_count"] + 3,
+                                  "ccl_bytes": 4096}
+    text = _section(render_report(p, png_path=None), "## 3. Recommended strategy (summary)")
+    line = next(ln for ln in text.splitlines() if ln.startswith("**Why not Megatron:**"))
+    assert "50.0 us slower per step" in line and f"({mine['ccl_count'] + 3} CCLs, 4.0 KiB per device)" in line
+    assert "its collectives cost more than the compute its splits save" in line and re.search(r"\[\d+\]", line)
+    p["baselines"]["megatron"] = {"total_us": None, "ccl_count": 35, "ccl_us": None, "compute_us": 1.0}
+    text = render_report(p, png_path=None)
+    assert "collective_permute" in text and "issue 3370" in _section(text, "## 7. Sources")

@@ -128,9 +128,11 @@ def megatron_pairs(plan: dict) -> list[dict]:
     """Column->row pairs: in one block, 2-D weights split on an axis along their output
     dim (column) and weights split on the same axis along their input dim (row).
 
-    PyTorch ``Linear.weight`` is ``[out, in]``; JAX kernels are ``[in, out]``. The column
-    layers must come before the row layers in argument (definition) order, as q/k/v
-    before o_proj and gate/up before down_proj.
+    The block is the module holding the projections (``model.layers.*.mlp`` for
+    ``model.layers.*.mlp.up_proj.weight``, ``mlp`` for ``mlp.up_proj.weight`` in a model
+    without repeated layers). PyTorch ``Linear.weight`` is ``[out, in]``; JAX kernels are
+    ``[in, out]``. The column layers must come before the row layers in argument
+    (definition) order, as q/k/v before o_proj and gate/up before down_proj.
     """
     out_dim = 1 if plan.get("source") == "jax" else 0
     blocks: OrderedDict[str, dict] = OrderedDict()
@@ -143,7 +145,7 @@ def megatron_pairs(plan: dict) -> list[dict]:
             continue
         seen.add(r)
         module = r.rsplit(".", 1)[0] if "." in r else r
-        block = component_key(module)
+        block = module.rsplit(".", 1)[0] if "." in module else component_key(module)
         s = a.get("sharding") or [[], []]
         out_axes, in_axes = s[out_dim], s[1 - out_dim]
         leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
@@ -332,8 +334,8 @@ class _Report:
         self.w(text, "")
         base = p.get("baselines") or {}
         if base:
-            self.w("| Plan | Modeled step | vs recommended |", "|---|---|---|")
-            self.w(f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x |")
+            self.w("| Plan | Modeled step | vs recommended | CCLs | CCL bytes / device |", "|---|---|---|---|---|")
+            self.w(f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x | {_ccl_cells(c)} |")
             for name, b in base.items():
                 t = (b or {}).get("total_us")
                 label = name
@@ -341,13 +343,18 @@ class _Report:
                     label = f"autoshard-heuristic (tt-mlir AutoShardingPass's heuristic {self.cite.cite('tt_mlir_7517')})"
                 elif name == "megatron":
                     label = f"megatron (column→row on every Linear) {self.cite.cite('megatron')}"
-                self.w(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} |")
+                self.w(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} | {_ccl_cells(b or {})} |")
             self.w("")
+            why_not = self._why_not_megatron(base.get("megatron"))
+            if why_not:
+                self.w(why_not, "")
         s = p.get("search") or {}
         if s:
             n = s.get("candidates_evaluated", "?")
-            self.w(f"Search: {n} candidate{'' if n == 1 else 's'} evaluated with real Shardy propagation in "
-                   f"{s.get('seconds', 0):.1f} s ({'exhaustive' if s.get('exhaustive') else 'not exhaustive'}).", "")
+            # No wall-clock time here: the report is byte-identical across runs (the plan JSON's
+            # search.seconds and the summary line on stderr carry it).
+            self.w(f"Search: {n} candidate{'' if n == 1 else 's'} evaluated with real Shardy propagation "
+                   f"({'exhaustive' if s.get('exhaustive') else 'not exhaustive'}).", "")
         rejected = s.get("rejected") or []
         if rejected:
             self.w("Rejected alternatives (whole model, as evaluated by the search):", "")
@@ -356,6 +363,38 @@ class _Report:
             for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
                 self.w(self._rejected_row(r))
             self.w("")
+
+    def _why_not_megatron(self, mega: dict | None) -> str | None:
+        """One sentence on why the Megatron baseline lost, from its priced cost."""
+        if not mega:
+            return None
+        t, mine = mega.get("total_us"), self.cost.get("total_us")
+        if t is None and mega.get("ccl_count") is not None:
+            # the cost model prices only collective_permute as infinite (JSON null)
+            return (f"**Why not Megatron:** Shardy inserts a collective_permute for it on this mesh, which tt-mlir "
+                    f"cannot lower {self.cite.cite('tt_mlir_3370')}, so it cannot run "
+                    f"({mega['ccl_count']} collectives in all).")
+        if t is None or mine is None or t <= mine:
+            return None
+        d_ccl = (mega.get("ccl_us") or 0) - (self.cost.get("ccl_us") or 0)
+        d_compute = (mega.get("compute_us") or 0) - (self.cost.get("compute_us") or 0)
+        if d_ccl > 0 and d_compute <= 0:
+            because = "its collectives cost more than the compute its splits save"
+        elif d_compute > 0 and d_ccl <= 0:
+            because = "the recommended plan parallelises more of the compute for the collectives it pays"
+        else:
+            because = "it pays more for collectives and parallelises less of the compute"
+        cites = []
+        if d_ccl > 0:  # each extra CCL pays a fixed synchronisation cost
+            bh = "bh" in str(self.plan.get("system", "")).lower()
+            cites.append(self.cite.cite("tt_metal_ccl_fits_bh" if bh else "tt_metal_ccl_fits_wh"))
+        cites.append(self.cite.cite("playbook"))
+        return (f"**Why not Megatron:** modeled {_plan.fmt_us(t)}, {_plan.fmt_us(t - mine)} slower per step: "
+                f"collectives {_plan.fmt_us(mega.get('ccl_us'))} ({mega.get('ccl_count', '?')} CCLs, "
+                f"{_plan.fmt_bytes(mega.get('ccl_bytes') or 0)} per device) against "
+                f"{_plan.fmt_us(self.cost.get('ccl_us'))} ({self.cost.get('ccl_count', '?')} CCLs) here, compute "
+                f"{_plan.fmt_us(mega.get('compute_us'))} against {_plan.fmt_us(self.cost.get('compute_us'))}: "
+                f"{because} {' '.join(cites)}.")
 
     def _rejected_row(self, r: dict) -> str:
         total = r.get("total_us")
@@ -427,7 +466,7 @@ class _Report:
             seen.add(r)
             if why.get(r) or why.get(a["name"]):
                 reasons.append(f"`{r.rsplit('.', 1)[0] if r.count('.') else r}`: {_md(why.get(r) or why.get(a['name']))}")
-        pair = [pr for pr in self.pairs if pr["block"] == key]
+        pair = [pr for pr in self.pairs if key == pr["block"] or key.startswith(pr["block"] + ".")]
         cites = []
         if pair:
             pr = pair[0]
@@ -443,6 +482,8 @@ class _Report:
             reasons.append("split: the modeled step is fastest this way" if sharded else
                            "replicated: splitting it does not pay for the collectives it would add "
                            "(modeled by the search)")
+        if not cites:  # the search's own trade-off: speed first, fewest and smallest CCLs
+            cites.append(self.cite.cite("playbook"))
         self.w("- **Why:** " + "; ".join(reasons) + (" " + " ".join(cites) if cites else "") + ".")
 
     def _ccls(self, comp: dict) -> None:
@@ -679,6 +720,12 @@ def _flops_text(flops) -> str:
         if flops >= div:
             return f"{flops / div:.1f} {unit}"
     return str(flops)
+
+
+def _ccl_cells(cost: dict) -> str:
+    """``count | bytes`` cells of a cost dict (``n/a`` where a baseline did not record them)."""
+    n, b = cost.get("ccl_count"), cost.get("ccl_bytes")
+    return f"{'n/a' if n is None else n} | {'n/a' if b is None else _plan.fmt_bytes(b)}"
 
 
 def _ratio(t, base) -> str:

@@ -1,0 +1,20 @@
+// --list-passes: one line per pass, its CLI name then a summary (the names
+// --pass-pipeline accepts), in alphabetical order; nothing else runs.
+//
+// RUN: shard-opt --list-passes | FileCheck %s
+// The single-dash spelling works too.
+// RUN: shard-opt -list-passes | FileCheck %s
+
+// CHECK:      {{^  }}add-mesh {{ +}}Declare the device mesh (sdy.mesh)
+// CHECK-NEXT: {{^  }}annotate-costs {{ +}}Price collectives and compute with a cost model
+// CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
+// CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
+// CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
+// CHECK-NOT: {{.}}
+
+// --list-systems: the hardware presets, with their meshes.
+// RUN: shard-opt --list-systems | FileCheck %s --check-prefix=SYS
+// SYS: n300: Wormhole n300 - 2 Wormhole chips; meshes 1x2
+// SYS: wh-loudbox: Wormhole LoudBox / T3000 (4x n300) - 8 Wormhole chips; meshes 2x4 (line of 2, 1 link x line of 4, 1 link), 1x8 (ring of 8, 1 link)
+// SYS: wh-galaxy: Wormhole Galaxy (TG) - 32 Wormhole chips; meshes 8x4
+// SYS: bh-loudbox: Blackhole LoudBox (8x p150b) - 8 Blackhole chips; meshes 2x4
