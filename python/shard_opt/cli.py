@@ -362,7 +362,9 @@ def _read_text(source: str, what: str = "input") -> str:
 
 
 def _verify_numerics(outcomes) -> None:
-    from shard_opt.verify import verify_numerics
+    """Run each plan sharded and unsharded on virtual XLA devices, and compare the
+    collectives XLA's own partitioner compiled with the ones shard-opt priced."""
+    from shard_opt.verify import compare_collectives, verify_numerics, xla_collectives
 
     for o in outcomes:
         n = 1
@@ -375,6 +377,12 @@ def _verify_numerics(outcomes) -> None:
         sys.stderr.write(f"shard-opt: numerics: {res.summary()}\n")
         if not res.passed:
             raise UserError(f"{o.model.name}: the sharded program does not match the unsharded one: {res.summary()}")
+        comparison = compare_collectives(o.plan["collectives"], xla_collectives(o.annotated_text, n))
+        o.plan["xla_crosscheck"] = {
+            "agrees": comparison.agrees, "matched": len(comparison.matched),
+            "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences],
+        }
+        sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
 
 
 def _emit_torch(outcome) -> str:

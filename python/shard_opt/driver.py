@@ -63,7 +63,9 @@ def resolve_system(mesh: Mesh, name: str | None):
 def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding]) -> str:
     module = ir.parse(model.text, filename=model.name)
     ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments)
-    PassManager([AddMesh(), ApplyShardings(replicate_outputs=False)], ctx).run(module)
+    # results carry their closed, replicated sharding: the boundary rule is part of the
+    # plan, so XLA, tt-mlir and --evaluate all see the same output gather
+    PassManager([AddMesh(), ApplyShardings()], ctx).run(module)
     return ir.print_module(module)
 
 
