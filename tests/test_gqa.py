@@ -13,7 +13,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "gqa_lla
 
 @pytest.fixture(scope="module")
 def plan():
-    model = frontends.load(SCRIPT)
+    model = frontends.load(SCRIPT, layers=2)
     assert model.meta["attention"] == {"heads": 32, "kv_heads": 8, "head_dim": 8}
     return optimize(model, Options(meshes=[Mesh.parse("8x4")], progress=False)).plan
 
