@@ -141,3 +141,15 @@ def test_pipeline_shares_one_mesh_chosen_for_the_slowest_model(run_cli, tmp_path
     assert plan["mesh"] == {"shape": [1, 8], "axes": ["batch", "model"]}
     slowest = max(plan["pipeline"], key=lambda p: p["cost"]["total_us"])
     assert plan["slowest"] == slowest["model"]
+
+
+def test_outputs_get_ordinary_file_modes(run_cli, tmp_path):
+    out = tmp_path / "o.mlir"
+    code, _, err = run_cli(MLP, "--mesh", "1x8", "-o", out, "--quiet")
+    assert code == 0, err
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    out.chmod(0o640)  # an existing file keeps its mode
+    assert run_cli(MLP, "--mesh", "1x8", "-o", out, "--quiet")[0] == 0
+    assert out.stat().st_mode & 0o777 == 0o640

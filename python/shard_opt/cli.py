@@ -439,6 +439,17 @@ def _write_atomic(path: str, data) -> None:
     _write_all({path: data})
 
 
+def _mode_for(path: str) -> int:
+    """An existing file keeps its mode; a new one gets the usual 0666 less the umask
+    (mkstemp's temporary file is 0600)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def _write_all(files: dict) -> None:
     """Write every file or none: each goes to a temporary file beside it, then all are renamed into place."""
     staged, current = [], None
@@ -449,6 +460,7 @@ def _write_all(files: dict) -> None:
             staged.append((tmp, current))
             with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
                 f.write(data)
+            os.chmod(tmp, _mode_for(current))
         for tmp, current in staged:
             os.replace(tmp, current)
     except OSError as e:
