@@ -444,12 +444,7 @@ class _Report:
             self.w("- **Chosen sharding:** no tensors of its own; its collectives come from its inputs.")
             return
         self.w("- **Chosen sharding:**", "", "  | Tensor | Shape | Partition spec | Shardy |", "  |---|---|---|---|")
-        seen = set()
-        for a in comp["args"]:
-            r = _plan.role(a["name"])
-            if r in seen:
-                continue
-            seen.add(r)
+        for r, a in _first_per_role(comp["args"]):
             kind = (_pair_kind(a.get("sharding"), self.plan.get("source"))
                     if a.get("kind", "param") in ("param", "buffer") else "")
             self.w(f"  | `{r}` | {_tensor_cell(a.get('shape'), a.get('dtype'))} | {_spec_cell(a.get('sharding'))}"
@@ -458,12 +453,7 @@ class _Report:
 
     def _why(self, key: str, comp: dict, why: dict) -> None:
         reasons = []
-        seen = set()
-        for a in comp["args"]:
-            r = _plan.role(a["name"])
-            if r in seen:
-                continue
-            seen.add(r)
+        for r, a in _first_per_role(comp["args"]):
             if why.get(r) or why.get(a["name"]):
                 reasons.append(f"`{r.rsplit('.', 1)[0] if r.count('.') else r}`: {_md(why.get(r) or why.get(a['name']))}")
         pair = [pr for pr in self.pairs if key == pr["block"] or key.startswith(pr["block"] + ".")]
@@ -797,3 +787,13 @@ def write_ccl_chart(plan: dict, png_path: str) -> str:
     fig.savefig(png_path, format="png", bbox_inches="tight")
     plt.close(fig)
     return png_path
+
+
+def _first_per_role(args: list[dict]):
+    """(role, argument) for the first argument of each role, in order."""
+    seen = set()
+    for a in args:
+        r = _plan.role(a["name"])
+        if r not in seen:
+            seen.add(r)
+            yield r, a
