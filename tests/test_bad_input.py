@@ -332,11 +332,6 @@ def test_op_without_sharding_rule_still_gets_a_plan(run_cli, tmp_path):
     assert "sdy.sharding" not in [ln for ln in out.splitlines() if "custom_call" in ln][0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Shardy's explicit-reshard insertion skips ops without a sharding rule: a split value flows into "
-    "the custom_call with no all_gather, so a plan splitting its producer is priced without the gather "
-    "it needs. Fix: constrain such ops' operands to replicated (sdy.sharding_constraint) before "
-    "propagation, so Shardy inserts and we price the gather (docs/errors.md)."))
 def test_op_without_sharding_rule_is_priced_as_replicated(run_cli, tmp_path):
     src = tmp_path / "cc.mlir"
     src.write_text(CUSTOM_CALL)
@@ -345,8 +340,21 @@ def test_op_without_sharding_rule_is_priced_as_replicated(run_cli, tmp_path):
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
     split = any(any(d) for a in plan["arguments"] for d in a["sharding"])
-    # Either nothing feeding the op is split, or the gather in front of it is priced.
+    # Either nothing feeding the op is split, or the gather in front of it is priced
+    # (shardy-propagate's guard-opaque-ops puts a replicated constraint on its operands).
     assert not split or any(c["kind"] == "all_gather" for c in plan["collectives"])
+
+
+def test_guard_makes_the_gather_in_front_of_an_opaque_op_explicit(run_cli, tmp_path):
+    src = tmp_path / "cc.mlir"
+    src.write_text(CUSTOM_CALL)
+    code, out, err = run_cli(src, "--pass-pipeline",
+                             "builtin.module(add-mesh{shape=1x2}, apply-shardings{shardings=1:-/model}, "
+                             "shardy-propagate, collect-collectives)")
+    assert code == 0, err
+    lines = out.splitlines()
+    cc = next(i for i, ln in enumerate(lines) if "custom_call @my_unknown_target" in ln)
+    assert "sdy.all_gather" in lines[cc - 1]  # gathered right before the opaque op
 
 
 def test_internal_error_is_one_line_with_a_repro_file(run_cli, monkeypatch):
