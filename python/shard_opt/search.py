@@ -124,7 +124,9 @@ def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
     move sets them all at once, so a pair that only pays off together (a column-parallel
     weight and its row-parallel partner) is one step, not two uphill ones.
     """
-    probes = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.options))]
+    # probe the one-axis, one-dim splits: those are what Shardy propagates into partners
+    probes = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.options))
+              if sum(len(d) for d in g.options[o].dims) == 1]
     follows = dict(zip(probes, scorer.probe_many(groups, probes)))
     moves, seen = [], set()
     for gi, g in enumerate(groups):
