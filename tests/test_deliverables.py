@@ -634,8 +634,7 @@ def test_lit_test_pins_the_plan(d):
 
 
 def test_lit_test_passes_and_a_changed_check_fails(d):
-    if "lit" not in d.background:
-        pytest.skip("lit is not installed")
+    assert "lit" in d.background, "lit (a pinned dependency) is not installed next to this Python"
     r = d.finish("lit")
     out = r.stdout + r.stderr
     for name in ("llama", "block"):
