@@ -211,3 +211,17 @@ def test_mesh_size_must_match_devices():
     annotated, _, _ = plan(MLP, "2x4", COLUMN_ROW)
     with pytest.raises(UserError, match="num_devices"):
         verify_numerics(annotated, num_devices=4)
+
+
+def test_i64_inputs_reach_xla_at_their_width():
+    """Token ids are i64: they must not be narrowed to i32 on the way to the devices."""
+    text = """module {
+  func.func @main(%ids: tensor<4x32xi64>, %w: tensor<32x8xf32>) -> tensor<4x8xf32> {
+    %0 = stablehlo.convert %ids : (tensor<4x32xi64>) -> tensor<4x32xf32>
+    %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<4x32xf32>, tensor<32x8xf32>) -> tensor<4x8xf32>
+    return %1 : tensor<4x8xf32>
+  }
+}"""
+    annotated, _, _ = plan(text, "1x2", {1: TensorSharding.of([["model"], []])})
+    result = verify_numerics(annotated, num_devices=2)
+    assert result.passed, result.summary()

@@ -320,8 +320,12 @@ def xla_execute(executable, inputs, output_shapes=None) -> list[list[tuple[tuple
     ``output_shapes`` (global shapes, from the module's function type) are needed
     when an output is split unevenly; without them they are inferred from the pieces.
     """
+    import jax
     import numpy as np
 
+    # i64 token ids and f64 values must reach XLA at their own width: jax narrows 64-bit
+    # arrays to 32 bits unless x64 is on (only the verification path runs XLA)
+    jax.config.update("jax_enable_x64", True)
     devices = list(executable.local_devices())
     try:
         in_shardings = list(executable.get_parameter_shardings() or [])
