@@ -39,9 +39,6 @@ class Group:
     def key(self) -> tuple:
         return (self.role, self.shape, self.kind) if self.by == "role" else ("shape", self.shape)
 
-    def describe(self, option: int) -> str:
-        return describe_sharding(self.options[option])
-
 
 def describe_sharding(s: TensorSharding) -> str:
     if s.is_replicated:

@@ -130,12 +130,6 @@ def run_pipeline(module, pipeline: str, *, name: str = "pipeline") -> None:
             ) from None
 
 
-def clone(module):
-    """A deep copy of a module in the same context."""
-    with module.context:
-        return ir().Module.parse(str(module.operation))
-
-
 def main_func(module, where: str = "input module"):
     """The public ``func.func @main`` (or the only public function); ``where`` names the input in the error."""
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
@@ -168,12 +162,6 @@ def tensor_type(t):
 
 def is_dynamic(t) -> bool:
     return isinstance(t, ir().RankedTensorType) and not t.has_static_shape
-
-
-def attr(text: str, context=None):
-    """Parse an attribute from text in the given (or shared) context."""
-    with context or shared_context():
-        return ir().Attribute.parse(text)
 
 
 # ---------------------------------------------------------------------------------
