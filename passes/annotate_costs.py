@@ -50,10 +50,10 @@ class AnnotateCosts(ModulePass):
 
     def apply(self, ctx: PassContext, module) -> None:
         kinds = [a.kind for a in ctx.arguments] if ctx.arguments else None
-        fresh, ops = extract_facts(module, kinds, return_ops=True)
-        facts = ctx.facts
-        if facts is None or len(facts.collectives) != len(ops):
-            facts = ctx.facts = fresh  # no (or stale) collect-collectives result: use the IR's
+        # read the IR itself: the collective ops are needed to stamp them anyway, and the
+        # facts then match the IR even when no collect-collectives ran before
+        facts, ops = extract_facts(module, kinds, return_ops=True)
+        ctx.facts = facts
         system_name = self.system or ctx.system or costmodel.default_system_for_mesh(facts.mesh_shape)
         system = costmodel.get_system(system_name)
         model = costmodel.get_cost_model(
