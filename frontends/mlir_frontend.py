@@ -200,17 +200,23 @@ def _decode(data: bytes, where: str) -> str:
                         f"give the StableHLO module as text") from None
 
 
-def load_mlir(path: str) -> LoweredModel:
-    """A ``.mlir`` file, or ``-`` for stdin."""
+def read_text(path: str) -> str:
+    """The text of a ``.mlir`` file, or of stdin for ``-``; a ``UserError`` otherwise."""
     if path == "-":
         stdin = getattr(sys.stdin, "buffer", None)
-        text = _decode(stdin.read(), "<stdin>") if stdin is not None else sys.stdin.read()
-        return load_mlir_text(text, name="stdin", where="<stdin>")
+        return _decode(stdin.read(), "<stdin>") if stdin is not None else sys.stdin.read()
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such file; check the path")
     try:
         with open(path, "rb") as f:
-            text = _decode(f.read(), path)
+            return _decode(f.read(), path)
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def load_mlir(path: str) -> LoweredModel:
+    """A ``.mlir`` file, or ``-`` for stdin."""
+    text = read_text(path)
+    if path == "-":
+        return load_mlir_text(text, name="stdin", where="<stdin>")
     return load_mlir_text(text, name=os.path.splitext(os.path.basename(path))[0], where=path)

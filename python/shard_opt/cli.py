@@ -326,7 +326,9 @@ def _run_pipeline(ns, meshes) -> int:
     passes = parse_pipeline(ns.pass_pipeline)
     source = ns.inputs[0]
     if ns.split_input_file:
-        text = _read_text(source)
+        from shard_opt.frontends.mlir_frontend import read_text
+
+        text = read_text(source)
         chunks = [(c, []) for c in text.split("\n// -----")]
     else:
         model = frontends.load(source, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len,
@@ -348,8 +350,8 @@ def _run_pipeline(ns, meshes) -> int:
     return 0
 
 
-def _read_text(source: str, what: str = "input") -> str:
-    """A text file (or ``-``, stdin); unreadable or non-UTF-8 input is a ``UserError``."""
+def _read_text(source: str, what: str) -> str:
+    """A ``verify-ir`` input (plan or dump); unreadable or non-UTF-8 input is a ``UserError``."""
     try:
         if source == "-":
             return sys.stdin.read()
