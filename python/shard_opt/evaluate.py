@@ -146,14 +146,19 @@ class Evaluator:
         n = self.stats["evaluations"]
         return self.stats["seconds"] / n if n else None
 
-    def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
-        """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
-        t0 = time.perf_counter()
+    def _run_passes(self, shardings: dict[int, TensorSharding], after: list):
+        """A fresh copy of the module with the mesh and ``shardings`` applied, then ``after``
+        run on it: (module, pass context)."""
         module = ir.parse(self.model.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings)
-        passes = [AddMesh(), ApplyShardings(), ShardyPropagate(), CollectCollectives(annotate=keep_ir)]
-        PassManager(passes, ctx).run(module)
+        PassManager([AddMesh(), ApplyShardings(), *after], ctx).run(module)
+        return module, ctx
+
+    def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
+        """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
+        t0 = time.perf_counter()
+        module, ctx = self._run_passes(shardings, [ShardyPropagate(), CollectCollectives(annotate=keep_ir)])
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         return ctx.facts, (module if keep_ir else None)
@@ -219,9 +224,7 @@ class Evaluator:
         """
         members = group_members(self.model)
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
-        module = ir.parse(self.model.text, filename=self.model.name)
-        ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments)
-        PassManager([AddMesh(), ApplyShardings(), ShardyPropagate(explicit_collectives=False)], ctx).run(module)
+        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False)])
         found = arg_shardings(ir.main_func(module))
         follows = {}
         for gj, g in enumerate(groups):
