@@ -19,6 +19,9 @@ Options:
     ``sdy.sharding_constraint`` (default true). Shardy otherwise lets a split value flow
     into such an op with no collective, and the plan would be priced without the gather
     the op needs.
+  verify: run MLIR's verifier after every pass (default true). The search turns it off
+    for the candidates it only prices (the verifier is most of the pipeline's time) and
+    keeps it for the plan it emits.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class ShardyPropagate(ModulePass):
     propagation: str = "sdy-propagation-pipeline"
     explicit_collectives: bool = True
     guard_opaque_ops: bool = True
+    verify: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
         if self.guard_opaque_ops:
@@ -45,7 +49,8 @@ class ShardyPropagate(ModulePass):
         export = "sdy-export-pipeline"
         if self.explicit_collectives:
             export += "{enable-insert-explicit-collectives=true}"
-        ir.run_pipeline(module, f"builtin.module({self.propagation}, {export})", name=self.name)
+        ir.run_pipeline(module, f"builtin.module({self.propagation}, {export})", name=self.name,
+                        verify=self.verify)
 
 
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")

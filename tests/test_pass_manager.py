@@ -1,5 +1,7 @@
 """Pass registry, pipeline parsing and the passes on a real module (real Shardy)."""
 
+import os
+
 import pytest
 
 from shard_opt import ir
@@ -143,3 +145,15 @@ def test_collectives_inside_called_functions_count_at_each_call():
     assert [(c.kind, c.axes) for c in ctx.facts.collectives] == [("all_reduce", ("model",))] * 2
     dots = [o for o in ctx.facts.ops if o.name == "stablehlo.dot_general"]
     assert len(dots) == 2 and dots[0].flops == 2 * 128 * 64 * 256 // 4  # local K = 256 / 4
+
+
+def test_failed_pipeline_writes_its_input_as_a_repro():
+    text = 'module {\n  func.func @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n    return %arg0 : tensor<4xf32>\n  }\n}\n'
+    module = ir.parse(text)
+    with pytest.raises(PassError) as info:
+        ir.run_pipeline(module, "builtin.module(no-such-pass)", name="t", verify=False)
+    with open(info.value.repro_path) as f:
+        repro = f.read()
+    os.unlink(info.value.repro_path)
+    assert ir.print_module(ir.parse(repro)) == ir.print_module(module)
+    assert "loc(" in repro  # with debug info, as the repro habit wants

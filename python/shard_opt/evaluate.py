@@ -158,7 +158,9 @@ class Evaluator:
     def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
-        module, ctx = self._run_passes(shardings, [ShardyPropagate(), CollectCollectives(annotate=keep_ir)])
+        # candidates that are only priced skip the IR verifier; a kept IR is verified
+        module, ctx = self._run_passes(shardings, [ShardyPropagate(verify=keep_ir),
+                                                   CollectCollectives(annotate=keep_ir)])
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         return ctx.facts, (module if keep_ir else None)
@@ -224,7 +226,7 @@ class Evaluator:
         """
         members = group_members(self.model)
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
-        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False)])
+        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False, verify=False)])
         found = arg_shardings(ir.main_func(module))
         follows = {}
         for gj, g in enumerate(groups):

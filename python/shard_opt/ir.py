@@ -39,8 +39,15 @@ def new_context():
 
 @functools.cache
 def shared_context():
-    """One long-lived context for parsing many candidates (contexts are costly)."""
-    return new_context()
+    """One long-lived context for parsing many candidates (contexts are costly).
+
+    Single-threaded: the modules a search runs are small, and MLIR's per-function thread
+    pool cost more than it saved (a 1-layer Llama-3-8B candidate's Shardy pipeline: 38 ms
+    threaded, 25 ms not, on 2 cores). Searches parallelise over candidates instead
+    (``shard_opt.parallel``)."""
+    ctx = new_context()
+    ctx.enable_multithreading(False)
+    return ctx
 
 
 def parse(text: str, *, filename: str = "<input>", context=None):
@@ -105,24 +112,27 @@ def print_module(module, *, debug_info: bool = False) -> str:
         return str(op)
 
 
-def run_pipeline(module, pipeline: str, *, name: str = "pipeline") -> None:
+def run_pipeline(module, pipeline: str, *, name: str = "pipeline", verify: bool = True) -> None:
     """Run an MLIR textual pass pipeline on ``module`` in place.
 
     On failure the input IR is written to a file and the error names it with the
-    command that reproduces the failure (torch-mlir's repro-report habit).
+    command that reproduces the failure (torch-mlir's repro-report habit). ``verify``
+    runs the IR verifier after every pass (MLIR's default); a search turns it off for
+    its candidates (it is most of a Shardy run's time) and keeps it for the plan it emits.
     """
     from jaxlib.mlir import passmanager
 
-    before = print_module(module, debug_info=True)
     with module.context:
+        before = module.operation.clone()  # for the repro; printed only on failure
         try:
             pm = passmanager.PassManager.parse(pipeline)
+            pm.enable_verifier(verify)
             with _lock:
                 pm.run(module.operation)
         except Exception as e:
             fd, path = tempfile.mkstemp(prefix=f"shard-opt-{name}-", suffix=".mlir")
             with os.fdopen(fd, "w") as f:
-                f.write(before)
+                f.write(before.get_asm(enable_debug_info=True))
             raise PassError(
                 f"{name} failed: {_first_diagnostic(e)} (repro: {path}; "
                 f"run the pipeline '{pipeline}' on it)",
