@@ -283,18 +283,34 @@ def _inputs(entry: ZooEntry, model, batch: int, seq_len: int):
 def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
              phase: str = "prefill", dtype: str = "bf16", describe: bool = True) -> LoweredModel:
     """Build ``zoo:NAME`` on the meta device and lower it (see the module docstring)."""
-    from shard_opt.frontends import hf
-    from shard_opt.frontends.torch_frontend import (TorchProgram, find_repeated_blocks, lower_program, torch_dtype,
-                                                    truncate_layers)
+    from shard_opt.frontends.cache import cached
 
     entry = get(name)
     where = f"zoo:{name}"
-    tdt = torch_dtype(dtype)
     if phase not in ("prefill", "decode"):
         raise UserError(f"--phase {phase!r}: use prefill or decode")
     if phase == "decode" and not entry.causal_lm:
         raise UserError(f"{where}: --phase decode needs a causal language model; {name} is not one "
                         f"(use --phase prefill)")
+    parts = dict(name=name, layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                 describe=describe)
+    lowered = cached(parts, lambda: _lower_zoo(entry, where, **parts))
+
+    def with_layers(k: int) -> LoweredModel:
+        return load_zoo(name, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, describe=describe)
+
+    if lowered.num_layers:  # the model has repeated blocks
+        lowered.with_layers = with_layers
+    return lowered
+
+
+def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, batch: int, seq_len: int,
+               phase: str, dtype: str, describe: bool) -> LoweredModel:
+    from shard_opt.frontends import hf
+    from shard_opt.frontends.torch_frontend import (TorchProgram, find_repeated_blocks, lower_program, torch_dtype,
+                                                    truncate_layers)
+
+    tdt = torch_dtype(dtype)
     full = entry.build(None)
     found = find_repeated_blocks(full)
     total = len(found[1]) if found else None
@@ -324,11 +340,4 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
     prog.meta.update({"zoo": name, "hf_id": entry.source, "phase": phase, "batch": batch, "seq_len": seq_len})
     if name == "mixtral-8x7b":
         prog.meta["moe_flops_factor"] = MIXTRAL_8X7B["num_local_experts"] / MIXTRAL_8X7B["num_experts_per_tok"]
-    lowered = lower_program(prog, name=name, dtype=dtype, where=where, source="zoo", describe=describe)
-
-    def with_layers(k: int) -> LoweredModel:
-        return load_zoo(name, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, describe=describe)
-
-    if total:
-        lowered.with_layers = with_layers
-    return lowered
+    return lower_program(prog, name=name, dtype=dtype, where=where, source="zoo", describe=describe)
