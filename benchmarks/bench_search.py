@@ -8,9 +8,17 @@ and, where the space is small, to the exhaustive optimum.
     python benchmarks/bench_search.py                      # the default matrix (slow: full-size models)
     python benchmarks/bench_search.py --models mlp,transformer-block --meshes 2x4
     python benchmarks/bench_search.py --models llama-3-8b --meshes 2x4 --phases decode
+    python benchmarks/bench_search.py --models examples/llama_load.py --meshes 1x8
 
-Each configuration runs in its own process (``shard-opt ... --plan-json``) so its peak
-RSS is its own. Ratios < 1 mean the plan is modeled faster than the baseline.
+A model is a zoo name or a load-script / .mlir path. Each configuration runs in its own
+process (``shard-opt ... --plan-json``) so its peak RSS is its own. Ratios < 1 mean the
+plan is modeled faster than the baseline. Lowered zoo models are kept in
+``SHARD_OPT_CACHE`` (default: a ``shard-opt-cache`` folder in the temp directory), so a
+model is lowered once for all its meshes. Decode rows exist for causal LMs only.
+
+The exhaustive optimum is computed for the models in ``--exhaustive-models`` (the small
+ones: it enumerates every candidate) when their space has at most ``--exhaustive-limit``
+candidates.
 """
 
 from __future__ import annotations
@@ -23,15 +31,35 @@ import sys
 import tempfile
 import time
 
-DEFAULT_MODELS = ["mlp", "transformer-block", "llama-3.2-1b", "llama-3-8b", "qwen2.5-7b", "gpt2-xl",
-                  "bert-large", "vit-large", "mixtral-8x7b", "llama-3-70b"]
+DEFAULT_MODELS = ["mlp", "transformer-block", "examples/llama_load.py", "llama-3.2-1b", "llama-3-8b",
+                  "qwen2.5-7b", "gpt2-xl", "bert-large", "vit-large", "mixtral-8x7b", "wan-dit", "wan-vae",
+                  "llama-3-70b", "wan-dit-14b"]
 DEFAULT_MESHES = ["1x2", "2x4", "1x8", "8x4"]
+SMALL_MODELS = ["mlp", "transformer-block", "examples/llama_load.py"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def spec_of(model: str) -> str:
+    """A zoo name becomes ``zoo:NAME``; a path is taken relative to the repository."""
+    if model.endswith((".py", ".mlir")):
+        return model if os.path.isabs(model) else os.path.join(HERE, "..", model)
+    return f"zoo:{model}"
+
+
+def causal(model: str) -> bool:
+    if model.endswith(".mlir"):
+        return False
+    if model.endswith(".py"):
+        return True
+    from shard_opt.frontends import zoo
+
+    return zoo.get(model).causal_lm
 
 
 def run_one(model: str, mesh: str, phase: str, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as d:
         plan_path = os.path.join(d, "plan.json")
-        cmd = [sys.executable, "-m", "shard_opt.cli", f"zoo:{model}", "--mesh", mesh, "--phase", phase,
+        cmd = [sys.executable, "-m", "shard_opt.cli", spec_of(model), "--mesh", mesh, "--phase", phase,
                "--plan-json", plan_path, "--quiet", "-o", os.devnull, *extra]
         t0 = time.monotonic()
         rss_kb, code, err = run_measured(cmd)
@@ -61,7 +89,7 @@ def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float |
     from shard_opt.search import make_scorer, search
     from shard_opt.sharding import Mesh
 
-    lowered = frontends.load(f"zoo:{model}", phase=phase)
+    lowered = frontends.load(spec_of(model), phase=phase)
     m = Mesh.parse(mesh)
     groups = make_groups(lowered.arguments, [m], set(PARALLELISM))
     size = 1
@@ -76,26 +104,47 @@ def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float |
     return res.score.total_us
 
 
+def markdown(rows: list[dict]) -> str:
+    out = ["| model | mesh | phase | search s | cands | RSS MB | plan us | /repl | /mega | /auto | /ideal | /opt | strategy |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['model']} | {r['mesh']} | {r['phase']} | error: {' '.join(r['error'])} |" + " |" * 9)
+            continue
+        opt = f"{r['vs_optimum']:.3f}" if r["vs_optimum"] else "-"
+        out.append(f"| {r['model']} | {r['mesh']} | {r['phase']} | {r['search_s']:.2f} | {r['candidates']} | "
+                   f"{r['peak_rss_mb']:.0f} | {r['plan_us']:.1f} | {r['vs_replicated']:.3f} | {r['vs_megatron']:.3f} | "
+                   f"{r['vs_autoshard']:.3f} | {r['vs_ideal']:.2f} | {opt} | {r['strategy']} |")
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(DEFAULT_MODELS))
     p.add_argument("--meshes", default=",".join(DEFAULT_MESHES))
     p.add_argument("--phases", default="prefill,decode")
-    p.add_argument("--exhaustive-limit", type=int, default=5000,
+    p.add_argument("--exhaustive-limit", type=int, default=20000,
                    help="compute the exhaustive optimum for spaces up to this many candidates")
+    p.add_argument("--exhaustive-models", default=",".join(SMALL_MODELS),
+                   help="models whose exhaustive optimum is computed (when the space is under the limit)")
     p.add_argument("--json", help="also write the rows as JSON here")
+    p.add_argument("--markdown", help="also write the table as Markdown here")
     ns = p.parse_args(argv)
+    os.environ.setdefault("SHARD_OPT_CACHE", os.path.join(tempfile.gettempdir(), "shard-opt-cache"))
+    exhaustive_models = set(ns.exhaustive_models.split(","))
     rows = []
-    header = (f"{'model':20s} {'mesh':5s} {'phase':7s} {'search s':>8s} {'cands':>6s} {'RSS MB':>7s} "
+    header = (f"{'model':22s} {'mesh':5s} {'phase':7s} {'search s':>8s} {'cands':>6s} {'RSS MB':>7s} "
               f"{'plan us':>10s} {'/repl':>6s} {'/mega':>6s} {'/auto':>6s} {'/ideal':>7s} {'/opt':>6s}  strategy")
     print(header)
     print("-" * len(header))
     for model in ns.models.split(","):
         for mesh in ns.meshes.split(","):
             for phase in ns.phases.split(","):
+                if phase == "decode" and not causal(model):
+                    continue
                 r = run_one(model, mesh, phase, [])
                 if "error" in r:
-                    print(f"{model:20s} {mesh:5s} {phase:7s} ERROR {r['error']}")
+                    print(f"{model:22s} {mesh:5s} {phase:7s} ERROR {r['error']}")
                     rows.append(r)
                     continue
                 plan = r["plan"]
@@ -106,7 +155,7 @@ def main(argv=None) -> int:
                     n *= s
                 ideal = b["replicated"]["compute_us"] / n
                 opt = None
-                if plan["search"].get("exhaustive") is False or plan["search"].get("space_size", 0) <= ns.exhaustive_limit:
+                if model in exhaustive_models and plan["search"].get("space_size", 0) <= ns.exhaustive_limit:
                     opt = exhaustive_optimum(model, mesh, phase, ns.exhaustive_limit)
                 rr = {
                     "model": model, "mesh": mesh, "phase": phase, "search_s": plan["search"]["seconds"],
@@ -119,12 +168,15 @@ def main(argv=None) -> int:
                 rows.append(rr)
                 rss = f"{rr['peak_rss_mb']:7.0f}" if rr["peak_rss_mb"] else "      ?"
                 o = f"{rr['vs_optimum']:6.3f}" if rr["vs_optimum"] else "     -"
-                print(f"{model:20s} {mesh:5s} {phase:7s} {rr['search_s']:8.2f} {rr['candidates']:6d} {rss} "
+                print(f"{model:22s} {mesh:5s} {phase:7s} {rr['search_s']:8.2f} {rr['candidates']:6d} {rss} "
                       f"{t:10.1f} {rr['vs_replicated']:6.3f} {rr['vs_megatron']:6.3f} {rr['vs_autoshard']:6.3f} "
                       f"{rr['vs_ideal']:7.2f} {o}  {plan['strategy']}", flush=True)
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump(rows, f, indent=2)
+    if ns.markdown:
+        with open(ns.markdown, "w") as f:
+            f.write(markdown(rows))
     return 0
 
 
