@@ -19,6 +19,12 @@ Options:
     ``sdy.sharding_constraint`` (default true). Shardy otherwise lets a split value flow
     into such an op with no collective, and the plan would be priced without the gather
     the op needs.
+  guard-moved-dims: before propagating, keep whole the dims that a ``stablehlo.slice``
+    cuts, a ``pad`` pads or a ``reverse`` reverses (``sdy.sharding_constraint`` with those
+    dims closed and replicated, the others open) (default true). Shardy marks such a
+    dim as a permutation factor and exports no collective when it stays split, leaving
+    the data movement to the partitioner (XLA emits collective-permutes for a slice of a
+    packed q|k|v projection); with the guard the gather is explicit and priced.
   verify: run MLIR's verifier after every pass (default true). The search turns it off
     for the candidates it only prices (the verifier is most of the pipeline's time) and
     keeps it for the plan it emits.
@@ -29,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shard_opt import ir
+from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.sharding import TensorSharding
 
@@ -41,16 +48,29 @@ class ShardyPropagate(ModulePass):
     propagation: str = "sdy-propagation-pipeline"
     explicit_collectives: bool = True
     guard_opaque_ops: bool = True
+    guard_moved_dims: bool = True
     verify: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
-        if self.guard_opaque_ops:
-            guard_opaque_ops(module)
+        if not any(op.operation.name == "func.func" for op in module.body.operations):
+            # Shardy aborts the process (a failed CHECK, not an error) on a module without functions
+            raise UserError("shardy-propagate: the module has no func.func; give a module with a @main function")
+        insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims)
         export = "sdy-export-pipeline"
         if self.explicit_collectives:
             export += "{enable-insert-explicit-collectives=true}"
         ir.run_pipeline(module, f"builtin.module({self.propagation}, {export})", name=self.name,
                         verify=self.verify)
+
+
+def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -> None:
+    """The constraints Shardy needs to make every data movement explicit (see the options).
+    The driver also writes them into the annotated module it emits, so XLA and tt-mlir
+    propagate from the same hints the plan was priced with."""
+    if opaque_ops:
+        guard_opaque_ops(module)
+    if moved_dims:
+        guard_moved_dims(module)
 
 
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")
@@ -78,3 +98,45 @@ def guard_opaque_ops(module) -> None:
                     guard = irm.Operation.create("sdy.sharding_constraint", results=[value.type],
                                                  operands=[value], attributes={"sharding": attr})
                 op.operation.operands[i] = guard.result
+
+
+def moved_dims(op) -> list[int]:
+    """Dims along which ``op`` moves data between positions: what a slice cuts, a pad pads,
+    a reverse reverses. Split there, each device would need another device's data."""
+    name = op.operation.name
+    tt = ir.tensor_type(op.operands[0].type) if op.operands else None
+    if tt is None:
+        return []
+    shape = tt[0]
+    attrs = op.attributes
+    if name == "stablehlo.slice":
+        start, limit, strides = (list(attrs[k]) for k in ("start_indices", "limit_indices", "strides"))
+        return [d for d in range(len(shape)) if start[d] != 0 or limit[d] != shape[d] or strides[d] != 1]
+    if name == "stablehlo.pad":
+        lo, hi, inner = (list(attrs[k]) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+        return [d for d in range(len(shape)) if lo[d] or hi[d] or inner[d]]
+    if name == "stablehlo.reverse":
+        return sorted(set(attrs["dimensions"]))
+    return []
+
+
+def guard_moved_dims(module) -> None:
+    """Constrain the dims ``moved_dims`` names to be whole (other dims left open ``{?}``),
+    so Shardy gathers them explicitly instead of leaving the movement implicit."""
+    irm = ir.ir()
+    meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
+    mesh_name = meshes[0].attributes["sym_name"].value if meshes else "mesh"
+    with module.context:
+        for op in list(ir.walk_ops(module.operation)):
+            dims = moved_dims(op) if op.operation.name in ("stablehlo.slice", "stablehlo.pad",
+                                                           "stablehlo.reverse") else []
+            if not dims:
+                continue
+            value = op.operands[0]
+            rank = len(ir.tensor_type(value.type)[0])
+            body = ", ".join("{}" if d in dims else "{?}" for d in range(rank))
+            attr = irm.Attribute.parse(f"#sdy.sharding<@{mesh_name}, [{body}]>")
+            with irm.InsertionPoint(op), op.location:
+                guard = irm.Operation.create("sdy.sharding_constraint", results=[value.type],
+                                             operands=[value], attributes={"sharding": attr})
+            op.operation.operands[0] = guard.result

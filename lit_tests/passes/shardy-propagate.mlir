@@ -1,4 +1,5 @@
 // RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(shardy-propagate)' | FileCheck %s
+// RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(shardy-propagate{guard-moved-dims=false})' | FileCheck %s --check-prefix=UNGUARDED
 
 // Megatron column -> row (Megatron-LM section 3): the intermediate stays split, the
 // second matmul leaves partial sums, one all_reduce on "model" makes them whole.
@@ -30,5 +31,26 @@ module {
     %0 = stablehlo.dot_general %arg2, %arg0, contracting_dims = [1] x [1] : (tensor<128x64xf32>, tensor<256x64xf32>) -> tensor<128x256xf32>
     %1 = stablehlo.dot_general %0, %arg1, contracting_dims = [1] x [1] : (tensor<128x256xf32>, tensor<64x256xf32>) -> tensor<128x64xf32>
     return %1 : tensor<128x64xf32>
+  }
+}
+
+// -----
+
+// A slice of a packed q|k|v value whose features are split: Shardy would keep the slice's
+// result split with no collective (the sliced dim is a permutation factor, its data
+// movement left to the partitioner). guard-moved-dims keeps the sliced dim whole, so the
+// gather is explicit and priced.
+// CHECK-LABEL: func.func @packed_slice
+// CHECK: %[[G:.*]] = sdy.all_gather [{}, {"model"}] %arg0 out_sharding=<@mesh, [{}, {}]> : tensor<8x48xf32>
+// CHECK-NEXT: stablehlo.slice %[[G]] [0:8, 0:16]
+// Without the guard, the same function gets no collective at all.
+// UNGUARDED-LABEL: func.func @packed_slice
+// UNGUARDED-NOT: sdy.all_gather
+// UNGUARDED: stablehlo.slice %arg0 [0:8, 0:16] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {"model"}]>]>}
+module {
+  sdy.mesh @mesh = <["model"=4]>
+  func.func @packed_slice(%arg0: tensor<8x48xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) -> (tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {
+    %0 = stablehlo.slice %arg0 [0:8, 0:16] : (tensor<8x48xf32>) -> tensor<8x16xf32>
+    return %0 : tensor<8x16xf32>
   }
 }
