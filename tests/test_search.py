@@ -36,9 +36,14 @@ def test_tensor_only_on_a_line_is_megatron_column_then_row(mlp):
     assert s["fc1.weight"] == [["model"], []]  # split on output features (column)
     assert s["fc2.weight"] == [[], ["model"]]  # split on input features (row)
     assert s["fc1.bias"] == [["model"]]  # Shardy splits the column bias with its weight
-    assert [c["kind"] for c in plan["collectives"]] == ["all_reduce"]
-    assert plan["collectives"][0]["axes"] == ["model"]
     assert s["x"] == [[], [], []]  # activations whole
+    # fc2's partial sums are reduced once: Megatron's all_reduce, or (cheaper here) the
+    # reduce_scatter + all_gather a constraint on fc2's output reshape buys (Korthikanti et al.)
+    kinds = sorted(c["kind"] for c in plan["collectives"])
+    assert kinds in (["all_reduce"], ["all_gather", "reduce_scatter"])
+    assert all(c["axes"] == ["model"] for c in plan["collectives"])
+    assert (kinds == ["all_reduce"]) == ("constraints" not in plan)
+    assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"]
 
 
 def test_tensor_only_on_2x4_beats_megatron_and_keeps_activations_whole(mlp):
@@ -48,7 +53,7 @@ def test_tensor_only_on_2x4_beats_megatron_and_keeps_activations_whole(mlp):
     s = shardings(plan)
     assert s["x"] == [[], [], []]
     kinds = [c["kind"] for c in plan["collectives"]]
-    assert kinds.count("all_reduce") == 1
+    assert kinds.count("all_reduce") + kinds.count("reduce_scatter") == 1  # one reduction of fc2's sums
 
 
 def brute_force(model, mesh_spec, parallelism):
@@ -70,8 +75,14 @@ def brute_force(model, mesh_spec, parallelism):
 def test_plan_is_the_brute_force_optimum(mlp, mesh, parallelism):
     plan = plan_for(mlp, mesh, parallelism, baselines=False)
     best, n = brute_force(mlp, mesh, parallelism)
-    assert plan["search"]["exhaustive"] and plan["search"]["candidates_evaluated"] == n
-    assert plan["cost"]["total_us"] == round(best.total_us, 3)  # the plan JSON keeps 3 decimals
+    # the argument space is enumerated whole; constraint sites are then searched from its
+    # optimum, so the plan is the brute-force optimum or better (never worse)
+    assert plan["search"]["exhaustive"] and plan["search"]["space_size"] == n
+    assert plan["search"]["candidates_evaluated"] >= n
+    if "constraints" in plan:
+        assert plan["cost"]["total_us"] < round(best.total_us, 3)
+    else:
+        assert plan["cost"]["total_us"] == round(best.total_us, 3)  # the plan JSON keeps 3 decimals
 
 
 def test_plan_json_has_the_design_fields(mlp):

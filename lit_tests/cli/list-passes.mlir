@@ -7,6 +7,7 @@
 
 // CHECK:      {{^  }}add-mesh {{ +}}Declare the device mesh (sdy.mesh)
 // CHECK-NEXT: {{^  }}annotate-costs {{ +}}Price collectives and compute with a cost model
+// CHECK-NEXT: {{^  }}apply-constraints {{ +}}Constrain the sharding of intermediate values
 // CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives

@@ -8,9 +8,11 @@ What may be split follows ``--parallelism`` (DESIGN.md):
 - ``tensor``: parameters (and a KV cache's non-batch dims) on any divisible dim;
 - ``data``: inputs (and a KV cache) on their batch dim (dim 0);
 - ``sequence``: inputs on their token dim (dim 1).
-One-dimensional parameters (norm scales, biases) stay replicated: Shardy slices them
-locally (an ``all_slice``, free) wherever their consumer is split, so splitting them
-buys nothing. Convolution weights split on channels only: spatial dims would need a
+Intermediate values get groups too (``site_groups``): a sharding constraint on the
+reshape that splits features into heads, when Shardy needs that hint.
+One-dimensional parameters (norm scales, biases) are not searched: the evaluator leaves
+them open and Shardy gives them their consumer's split (``evaluate.follows_consumer``).
+Convolution weights split on channels only: spatial dims would need a
 halo exchange tt-mlir does not lower (tt-mlir issue 8216, references section 6).
 """
 
@@ -37,7 +39,14 @@ class Group:
     by: str = "role"  # how members are found in another lowering: "role" or "shape"
 
     def key(self) -> tuple:
+        if self.by == "site":
+            return ("site", self.role)
         return (self.role, self.shape, self.kind) if self.by == "role" else ("shape", self.shape)
+
+    def describe(self, option: int) -> str:
+        if self.by == "site" and option == 0:
+            return "unconstrained"
+        return describe_sharding(self.options[option])
 
 
 def describe_sharding(s: TensorSharding) -> str:
@@ -131,4 +140,28 @@ def make_groups(
                                 conv_weight=members[0].index in conv_weights)
         if len(opts) > 1:
             groups.append(Group(role, tuple(m.index for m in members), shape, kind, tuple(opts)))
+    return groups
+
+
+def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str]) -> list[Group]:
+    """One group per constraint site (``passes/apply_constraints.py``): the reshapes that
+    split features into heads. Option 0 is *no constraint* (Shardy decides); the others
+    split one dim of the reshape's result on one mesh axis. Tensor parallelism only."""
+    if "tensor" not in parallelism:
+        return []
+    from shard_opt import ir
+    from shard_opt.passes.apply_constraints import find_sites
+
+    mesh = meshes[0]
+    axes = [a for a in mesh.axes if any(m.axis_size(a) > 1 for m in meshes)]
+    groups = []
+    for site, shape in find_sites(ir.parse(module_text)).items():
+        rank = len(shape)
+        opts = [TensorSharding.replicated(rank)]
+        for d in range(rank):
+            for a in axes:
+                if shape[d] > 1 and _divides(shape[d], (a,), meshes):
+                    opts.append(TensorSharding.of([[a] if i == d else [] for i in range(rank)]))
+        if len(opts) > 1:
+            groups.append(Group(site, (), tuple(shape), "intermediate", tuple(opts), by="site"))
     return groups

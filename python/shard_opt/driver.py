@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir
 from shard_opt.baselines import autoshard_groups, megatron_shardings
-from shard_opt.candidates import PARALLELISM, describe_sharding, make_groups
+from shard_opt.candidates import PARALLELISM, make_groups, site_groups
 from shard_opt.errors import UserError
-from shard_opt.evaluate import Evaluator, Score, shardings_for
+from shard_opt.evaluate import Evaluator, Score, constraints_for, shardings_for
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
+from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
+from shard_opt.passes.shardy_propagate import insert_guards
 from shard_opt.plan import build_plan, score_dict
 from shard_opt.search import (
     Progress, assignment_of, conv_weight_indices, final_evaluation, make_scorer, search,
@@ -60,12 +62,14 @@ def resolve_system(mesh: Mesh, name: str | None):
     return system_name, system
 
 
-def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding]) -> str:
+def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding],
+             constraints: dict | None = None) -> str:
     module = ir.parse(model.text, filename=model.name)
-    ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments)
+    ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
     # results carry their closed, replicated sharding: the boundary rule is part of the
     # plan, so XLA, tt-mlir and --evaluate all see the same output gather
-    PassManager([AddMesh(), ApplyShardings()], ctx).run(module)
+    PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
+    insert_guards(module)
     return ir.print_module(module)
 
 
@@ -89,8 +93,9 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
         seeds.append(assignment_of(groups, autoshard))
     t0 = time.monotonic()
+    sites = site_groups(model.text, meshes, set(opts.parallelism))
     result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
-                    scorer=scorer, progress=progress, seeds=seeds)
+                    scorer=scorer, progress=progress, seeds=seeds, sites=sites)
     seconds = time.monotonic() - t0
 
     groups, assignment, score = result.groups, result.assignment, result.score
@@ -124,14 +129,20 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         model, mesh, meshes, system_name, opts.cost_model, list(opts.parallelism), final,
         groups=group_info, baselines=baselines,
         search={"candidates_evaluated": result.candidates_evaluated, "seconds": round(seconds, 3),
-                "exhaustive": result.exhaustive, "space_size": _space(groups), "rejected": rejected},
+                "exhaustive": result.exhaustive, "rejected": rejected,
+                "space_size": _space([g for g in groups if g.by != "site"]),
+                "constraint_sites": sum(1 for g in groups if g.by == "site")},
         memory_fallback=fallback, scored=score,
     )
+    constraints = constraints_for(groups, assignment)
+    if constraints:
+        plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
+                               for site, s in constraints.items()]
     kv = kv_layout(model, mesh, final.shardings)
     if kv:
         plan["kv_layout"] = kv
         plan.setdefault("notes", []).append(kv["reason"])
-    annotated = annotate(model, mesh, final.shardings)
+    annotated = annotate(model, mesh, final.shardings, constraints)
     return Outcome(plan, annotated, final.text, model)
 
 
@@ -180,14 +191,15 @@ def _group_info(groups, assignment, result) -> list[dict]:
     for gi, (g, choice) in enumerate(zip(groups, assignment)):
         alts = [(s.key(), s, o) for o in range(len(g.options)) if o != choice
                 for s in [result.scored.get(assignment[:gi] + (o,) + assignment[gi + 1:])] if s]
-        why = f"{describe_sharding(g.options[choice])}"
+        why = g.describe(choice)
         if alts:
             _, s, o = min(alts, key=lambda x: (x[0], x[2]))
             d = s.total_us - result.score.total_us
-            why += (f"; best alternative ({describe_sharding(g.options[o])}) is {d:+.1f} us "
+            why += (f"; best alternative ({g.describe(o)}) is {d:+.1f} us "
                     f"with {s.ccl_count} CCLs vs {result.score.ccl_count}")
         info.append({"role": g.role, "members": list(g.members), "shape": list(g.shape), "kind": g.kind,
-                     "sharding": g.options[choice].axis_names(), "why": why})
+                     "sharding": None if g.by == "site" and choice == 0 else g.options[choice].axis_names(),
+                     "why": why})
     return info
 
 

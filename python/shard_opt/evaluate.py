@@ -24,6 +24,7 @@ from shard_opt.facts import Cost, ModuleFacts
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
+from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.collect_collectives import CollectCollectives
 from shard_opt.passes.shardy_propagate import ShardyPropagate
@@ -101,6 +102,12 @@ def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[in
     return out
 
 
+def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
+    """Site -> sharding for the constraint sites the assignment constrains (option 0 of a
+    site group is no constraint)."""
+    return {g.role: g.options[o] for g, o in zip(groups, assignment) if g.by == "site" and o != 0}
+
+
 _UIDS = itertools.count()
 
 
@@ -146,29 +153,31 @@ class Evaluator:
         n = self.stats["evaluations"]
         return self.stats["seconds"] / n if n else None
 
-    def _run_passes(self, shardings: dict[int, TensorSharding], after: list):
-        """A fresh copy of the module with the mesh and ``shardings`` applied, then ``after``
-        run on it: (module, pass context)."""
+    def _run_passes(self, shardings: dict[int, TensorSharding], after: list, constraints: dict | None = None):
+        """A fresh copy of the module with the mesh, ``shardings`` and ``constraints``
+        applied, then ``after`` run on it: (module, pass context)."""
         module = ir.parse(self.model.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
-                          result_shardings=self.result_shardings)
-        PassManager([AddMesh(), ApplyShardings(), *after], ctx).run(module)
+                          result_shardings=self.result_shardings, constraints=constraints or {})
+        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)
         return module, ctx
 
-    def propagate(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False):
+    def propagate(self, shardings: dict[int, TensorSharding], *, constraints: dict | None = None,
+                  keep_ir: bool = False):
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         # candidates that are only priced skip the IR verifier; a kept IR is verified
         module, ctx = self._run_passes(shardings, [ShardyPropagate(verify=keep_ir),
-                                                   CollectCollectives(annotate=keep_ir)])
+                                                   CollectCollectives(annotate=keep_ir)], constraints)
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         return ctx.facts, (module if keep_ir else None)
 
-    def run(self, shardings: dict[int, TensorSharding], *, keep_ir: bool = False) -> Evaluation:
+    def run(self, shardings: dict[int, TensorSharding], *, constraints: dict | None = None,
+            keep_ir: bool = False) -> Evaluation:
         """Evaluate one candidate; with ``keep_ir``, also the propagated text, and the
         shardings Shardy chose for the arguments left open."""
-        facts, module = self.propagate(shardings, keep_ir=keep_ir)
+        facts, module = self.propagate(shardings, constraints=constraints, keep_ir=keep_ir)
         text = None
         if module is not None:
             text = ir.print_module(module)
@@ -179,7 +188,8 @@ class Evaluator:
     def facts(self, groups: list[Group], assignment: tuple[int, ...]) -> ModuleFacts:
         key = memo_key(groups, assignment)
         if key not in self.facts_memo:
-            self.facts_memo[key] = self.propagate(shardings_for(self.model, groups, assignment))[0]
+            self.facts_memo[key] = self.propagate(shardings_for(self.model, groups, assignment),
+                                                  constraints=constraints_for(groups, assignment))[0]
         return self.facts_memo[key]
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
@@ -226,7 +236,9 @@ class Evaluator:
         """
         members = group_members(self.model)
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
-        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False, verify=False)])
+        constraints = {groups[gi].role: groups[gi].options[option]} if groups[gi].by == "site" else {}
+        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False, verify=False)],
+                                     constraints)
         found = arg_shardings(ir.main_func(module))
         follows = {}
         for gj, g in enumerate(groups):

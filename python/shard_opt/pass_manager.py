@@ -33,6 +33,8 @@ class PassContext:
       shardings: argument index -> ``TensorSharding`` for ``apply-shardings``.
       result_shardings: result index -> ``TensorSharding`` (results not listed are
         returned replicated).
+      constraints: site -> ``TensorSharding`` for ``apply-constraints`` (intermediate
+        values, see ``passes/apply_constraints.py``).
       arguments: the frontend's argument list (names and kinds), if any.
       facts: filled by ``collect-collectives``.
       cost: filled by ``annotate-costs``.
@@ -44,6 +46,7 @@ class PassContext:
     mesh: object = None
     shardings: dict = field(default_factory=dict)
     result_shardings: dict = field(default_factory=dict)
+    constraints: dict = field(default_factory=dict)
     arguments: list = field(default_factory=list)
     facts: object = None
     cost: object = None
@@ -105,6 +108,7 @@ def _convert(raw: str, typ, pass_name: str, key: str):
 _BUILTIN_PASSES = {
     "add-mesh": "shard_opt.passes.add_mesh:AddMesh",
     "apply-shardings": "shard_opt.passes.apply_shardings:ApplyShardings",
+    "apply-constraints": "shard_opt.passes.apply_constraints:ApplyConstraints",
     "shardy-propagate": "shard_opt.passes.shardy_propagate:ShardyPropagate",
     "collect-collectives": "shard_opt.passes.collect_collectives:CollectCollectives",
     "annotate-costs": "shard_opt.passes.annotate_costs:AnnotateCosts",

@@ -21,8 +21,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from shard_opt.candidates import Group, describe_sharding, make_groups
-from shard_opt.evaluate import Evaluation, Evaluator, LayeredEvaluator, Score, shardings_for
+from shard_opt.candidates import Group, make_groups
+from shard_opt.evaluate import Evaluation, Evaluator, LayeredEvaluator, Score, constraints_for, shardings_for
 from shard_opt.lowered import LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
 
@@ -65,8 +65,14 @@ class SearchResult:
 
 def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
            parallelism: set[str], groups: list[Group] | None = None, scorer=None,
-           seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True, exhaustive_limit: int = EXHAUSTIVE_LIMIT) -> SearchResult:
-    """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``)."""
+           seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True,
+           exhaustive_limit: int = EXHAUSTIVE_LIMIT, sites: list[Group] = ()) -> SearchResult:
+    """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``).
+
+    ``sites`` (``candidates.site_groups``) are searched after the argument groups, from
+    their best assignment: a constraint on an intermediate value is a refinement of an
+    argument plan, and keeping it out of the first stage keeps the small spaces
+    enumerable (the exhaustive optimum is over argument groups)."""
     t0 = time.monotonic()
     conv = conv_weight_indices(model)
     if groups is None:
@@ -104,6 +110,13 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         best = _local_search(best, moves, groups, scorer, score, score_all,
                              lambda b: progress.update(len(scored) + len(screened), None, score(b)),
                              screened)
+    if sites:
+        groups = list(groups) + list(sites)
+        best = best + tuple(0 for _ in sites)
+        site_moves = [m for m in _moves(groups, scorer, only=range(len(groups) - len(sites), len(groups)))]
+        best = _local_search(best, site_moves, groups, scorer, score, score_all,
+                             lambda b: progress.update(len(scored) + len(screened), None, score(b)),
+                             screened)
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -111,26 +124,28 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
                 continue
             alt = best[:gi] + (o,) + best[gi + 1:]
             if alt in scored:
-                label = f"{g.role}: {describe_sharding(g.options[o])}"
+                label = f"{g.role}: {g.describe(o)}"
                 neighbours.append((label, scored[alt], {g.role: g.options[o].axis_names()}))
     return SearchResult(groups, best, score(best), len(screened | set(scored)), time.monotonic() - t0,
                         exhaustive, neighbours, scored)
 
 
-def _moves(groups: list[Group], scorer) -> list[dict[int, int]]:
+def _moves(groups: list[Group], scorer, only=None) -> list[dict[int, int]]:
     """Single-group moves, plus compound moves found by probe propagation.
 
     For every (group, option), Shardy tells which other groups follow it; the compound
     move sets them all at once, so a pair that only pays off together (a column-parallel
-    weight and its row-parallel partner) is one step, not two uphill ones.
+    weight and its row-parallel partner) is one step, not two uphill ones. ``only``
+    limits the moves to those groups (their compound moves still reach any group).
     """
+    movable = list(range(len(groups))) if only is None else list(only)
     # probe the one-axis, one-dim splits: those are what Shardy propagates into partners
-    probes = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.options))
-              if sum(len(d) for d in g.options[o].dims) == 1]
+    probes = [(gi, o) for gi in movable for o in range(1, len(groups[gi].options))
+              if sum(len(d) for d in groups[gi].options[o].dims) == 1]
     follows = dict(zip(probes, scorer.probe_many(groups, probes)))
     moves, seen = [], set()
-    for gi, g in enumerate(groups):
-        for o in range(len(g.options)):
+    for gi in movable:
+        for o in range(len(groups[gi].options)):
             for move in ({gi: o}, {gi: o, **follows.get((gi, o), {})}):
                 key = tuple(sorted(move.items()))
                 if key not in seen:
@@ -233,4 +248,5 @@ def final_evaluation(model: LoweredModel, mesh: Mesh, system, cost_model,
                      groups: list[Group], assignment: tuple[int, ...]) -> Evaluation:
     """Evaluate the chosen plan on the whole model, keeping the propagated IR."""
     ev = Evaluator(model, mesh, system, cost_model)
-    return ev.run(shardings_for(model, groups, assignment), keep_ir=True)
+    return ev.run(shardings_for(model, groups, assignment), constraints=constraints_for(groups, assignment),
+                  keep_ir=True)

@@ -432,6 +432,39 @@ class _Report:
                        + (" (see the whole-model alternatives in section 3)." if rejected else "."))
             self._ccls(comp)
             self.w("")
+        self._sites(rejected)
+
+    def _sites(self, rejected: list) -> None:
+        """Intermediate values the search could constrain (reshapes that split heads)."""
+        sites = [g for g in self.plan.get("groups") or [] if g.get("kind") == "intermediate"]
+        if not sites:
+            return
+        self.w("### Intermediate values (sharding constraints)", "")
+        chosen = [g for g in sites if g.get("sharding") is not None]
+        if chosen:
+            self.w("- **Chosen sharding:** `sdy.sharding_constraint` after each reshape:", "")
+            self.w("  | Reshape (operand -> result) | Constraint |", "  |---|---|")
+            for g in chosen:
+                self.w(f"  | `{g['role']}` | {_spec_cell(g['sharding'])} |")
+            self.w("")
+        else:
+            self.w("- **Chosen sharding:** no constraint; Shardy propagates through every reshape unaided.")
+        self.w("- **Why:** a constraint after the reshape that splits features into heads is the hint tt-xla "
+               f"places by hand {self.cite.cite('tt_torch_constraint')}; Shardy propagates from it "
+               f"{self.cite.cite('shardy')}. Each site was priced with and without one: "
+               + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
+        keys = {g["role"] for g in sites}
+        mine = [r for r in rejected if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys]
+        if mine:
+            self.w("- **Rejected alternatives:**")
+            for r in sorted(mine, key=lambda r: r.get("total_us") or 0):
+                total, base = r.get("total_us"), self.cost.get("total_us")
+                delta = (f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "")
+                self.w(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
+                       f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
+        else:
+            self.w("- **Rejected alternatives:** none evaluated.")
+        self.w("- **CCLs:** a constraint's collectives are listed under the component whose op they feed.", "")
 
     def _role_component(self, role: str) -> str:
         for a in self.plan.get("arguments") or []:
