@@ -310,3 +310,15 @@ def test_block_statements_are_plain_libcst(plan):
     # The generated module round-trips through libcst unchanged.
     out = emit_torch(LLAMA_SCRIPT, plan)
     assert cst.parse_module(out).code == out
+
+
+def test_reshape_constraints_are_spelled_out_for_the_user(plan):
+    # a reshape site has no module output to hook: the script says where and what, by hand
+    p = copy.deepcopy(plan)
+    p["constraints"] = [{"site": "1x128x256xbf16->1x128x4x64xbf16", "op": "stablehlo.reshape",
+                         "sharding": [[], [], ["model"], []]}]
+    out = emit_torch(LLAMA_SCRIPT, p)
+    compile(out, "c.py", "exec")
+    assert "#   reshape 1x128x256xbf16->1x128x4x64xbf16: SPEC = (None, None, \"model\", None)" in out
+    assert "register_forward_hook" not in out
+    assert emit_torch(out, p) == out

@@ -207,6 +207,12 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         for s, c in _input_specs(plan):
             lines.append(f"    {_plan.spec_text(s) if s else 'None'},  # {c}")
         lines.append("]")
+    inside = [c for c in plan.get("constraints") or [] if c.get("site") and not (c.get("module") or c.get("component"))]
+    if inside:
+        lines += ["# The plan also constrains values inside forward(), where no module output can be hooked:",
+                  "# after each reshape below, add sharding_constraint_tensor(t, mesh, (None,) * t.dim()) and then",
+                  "# sharding_constraint_tensor(t, mesh, SPEC) by hand (tt-xla issue 3643); the modeled step assumes them."]
+        lines += [f"#   reshape {c['site']}: SPEC = {_plan.spec_text(c['sharding'])}" for c in inside]
     constraints = _constraint_specs(plan)
     if constraints:
         lines += ["# Sharding constraints on module outputs (a replicated anchor, then the spec:",
