@@ -130,6 +130,27 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
                         exhaustive, neighbours, scored)
 
 
+def local_search_from(start: tuple[int, ...], groups: list[Group], scorer) -> tuple[tuple[int, ...], Score]:
+    """The local optimum the search reaches from ``start`` alone (no seeds, no
+    enumeration): what ``benchmarks/bench_search.py`` restarts from random plans to
+    probe spaces too large to enumerate."""
+    scored: dict[tuple, Score] = {}
+
+    def score(a):
+        if a not in scored:
+            scored[a] = scorer.score(groups, a)
+        return scored[a]
+
+    def score_all(cands):
+        new = [a for a in dict.fromkeys(cands) if a not in scored]
+        for a, sc in zip(new, scorer.score_many(groups, new)):
+            scored[a] = sc
+
+    best = _local_search(tuple(start), _moves(groups, scorer), groups, scorer, score, score_all,
+                         lambda b: None, set())
+    return best, score(best)
+
+
 def _moves(groups: list[Group], scorer, only=None) -> list[dict[int, int]]:
     """Single-group moves, plus compound moves found by probe propagation.
 
