@@ -74,13 +74,27 @@ def run_one(model: str, mesh: str, phase: str, extra: list[str]) -> dict:
 
 
 def run_measured(cmd: list[str]) -> tuple[int, int, str]:
-    """Run ``cmd``; return (its own peak RSS in KiB, exit code, stderr) via wait4."""
+    """Run ``cmd``; return (its own peak RSS in KiB, exit code, stderr).
+
+    The peak is the child's ``VmHWM`` read from /proc while it runs, not ``wait4``'s
+    ``ru_maxrss``: Linux carries a parent's peak into a forked child's maxrss, so after
+    this script has enumerated a space in-process every child would report the
+    script's own peak. Worker processes the child starts are not included.
+    """
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak = max(peak, int(line.split()[1]))
+            except OSError:
+                pass
+            time.sleep(0.1)
         err.seek(0)
-        return usage.ru_maxrss, proc.returncode, err.read()
+        return peak, proc.returncode, err.read()
 
 
 def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float | None:
