@@ -30,7 +30,7 @@ from __future__ import annotations
 import inspect
 
 from shard_opt.errors import UserError
-from shard_opt.lowered import ARG_KINDS, Argument, LoweredModel
+from shard_opt.lowered import ARG_KINDS, Argument, LoweredModel, find_repeats
 
 
 def _key_str(k) -> str:
@@ -117,6 +117,7 @@ def lower_jax(fn, *example_args, name: str | None = None, kinds: dict[str, str] 
         raise RuntimeError(f"lower_jax({name}): @main has {len(typed)} arguments for {len(names)} pytree leaves")
     arguments = [Argument(i, n, k, t.shape, t.dtype) for i, (n, k, t) in enumerate(zip(names, arg_kinds, typed))]
     text = annotate_arguments(text, arguments, where=name)
+    arguments = find_repeats(arguments)  # Flax's layers_0, layers_1...: layers from repeated signatures
     layers = {a.layer for a in arguments if a.layer is not None}
     return LoweredModel(name=name, text=text, arguments=arguments, source="jax",
                         num_layers=(max(layers) + 1) if layers else None,

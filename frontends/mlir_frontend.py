@@ -32,7 +32,7 @@ import sys
 
 from shard_opt import ir
 from shard_opt.errors import UserError
-from shard_opt.lowered import ARG_KINDS, Argument, LoweredModel
+from shard_opt.lowered import ARG_KINDS, Argument, LoweredModel, find_repeats
 
 NAME_ATTR = "shard_opt.name"
 KIND_ATTR = "shard_opt.kind"
@@ -149,7 +149,7 @@ def load_mlir_text(text: str, *, name: str, where: str) -> LoweredModel:
         raise UserError(f"{where}: empty input; give a StableHLO module")
     module = ir.parse(text, filename=where)
     check_static_shapes(module, text, where=where)
-    args = arguments_of(module, where=where)
+    args = find_repeats(arguments_of(module, where=where))  # layers from repeated signatures
     layers = {a.layer for a in args if a.layer is not None}
     return LoweredModel(name=name, text=text, arguments=args, source="mlir",
                         num_layers=(max(layers) + 1) if layers else None)

@@ -113,19 +113,22 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
             origin[a] = a.arg_number
 
     types: dict = {}
-
-    def type_of(t):
-        if t not in types:
-            types[t] = ir.tensor_type(t)
-        return types[t]
+    locals_: dict = {}  # (type, sharding) -> (local shape, dtype): the same few pairs recur
 
     def local_of(value):
-        tt = type_of(value.type)
-        if tt is None:
-            return (), "f32"
-        shape, dtype = tt
-        s = shard.get(value)
-        return (s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype
+        t = value.type
+        key = (t, shard.get(value))
+        if key not in locals_:
+            if t not in types:
+                types[t] = ir.tensor_type(t)
+            tt = types[t]
+            if tt is None:
+                locals_[key] = ((), "f32")
+            else:
+                shape, dtype = tt
+                s = key[1]
+                locals_[key] = ((s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype)
+        return locals_[key]
 
     functions = {f.attributes["sym_name"].value: f for f in module.body.operations
                  if f.operation.name == "func.func"}
@@ -154,29 +157,29 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
     collective_ops = []
     for index, op in enumerate(program(func)):
         name = op.operation.name
+        operands, results = list(op.operands), list(op.results)  # each access is a binding call
         shardings = _per_value(op)
         if shardings:
-            for r, s in zip(op.results, shardings):
+            for r, s in zip(results, shardings):
                 shard[r] = s
-        _propagate_origin(op, origin, weight_values)
+        _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
-            if op.operands and any(o in weight_values for o in op.operands) and name != "func.return":
-                for r in op.results:
-                    weight_values.add(r)
+            if operands and name != "func.return" and any(o in weight_values for o in operands):
+                weight_values.update(results)
             continue
         if name in SDY_COLLECTIVES:
             facts.collectives.append(
-                _collective(op, index, local_of, shard, mesh, meshes, origin.get(op.operands[0], -1))
+                _collective(op, index, local_of, shard, mesh, meshes, origin.get(operands[0], -1))
             )
             collective_ops.append(op)
             continue
-        if name == "sdy.mesh" or not op.results:
+        if name == "sdy.mesh" or not results:
             continue
-        ins = [local_of(o) for o in op.operands]
-        outs = [local_of(r) for r in op.results]
+        ins = [local_of(o) for o in operands]
+        outs = [local_of(r) for r in results]
         bytes_in = sum(math.prod(s) * dtype_bytes(d) for s, d in ins)
         bytes_out = sum(math.prod(s) * dtype_bytes(d) for s, d in outs)
-        wbytes = sum(math.prod(s) * dtype_bytes(d) for (s, d), o in zip(ins, op.operands) if o in weight_values)
+        wbytes = sum(math.prod(s) * dtype_bytes(d) for (s, d), o in zip(ins, operands) if o in weight_values)
         flops = _flops(op, ins, outs)
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
@@ -187,13 +190,19 @@ def _mesh_for(s: TensorSharding, meshes: dict, default: Mesh) -> Mesh:
     return meshes.get(s.mesh_name, default)
 
 
-def _propagate_origin(op, origin: dict, weight_values: set) -> None:
+def _propagate_origin(operands: list, results: list, origin: dict, weight_values: set) -> None:
     """A result belongs to the weight it was computed from, else to its first operand's."""
-    src = next((origin[o] for o in op.operands if o in weight_values and o in origin), None)
-    if src is None:
-        src = next((origin[o] for o in op.operands if o in origin), None)
+    src = first = None
+    for o in operands:
+        if o in origin:
+            if o in weight_values:
+                src = origin[o]
+                break
+            if first is None:
+                first = origin[o]
+    src = first if src is None else src
     if src is not None:
-        for r in op.results:
+        for r in results:
             origin[r] = src
 
 

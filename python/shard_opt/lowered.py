@@ -38,17 +38,88 @@ class Argument:
     shape: tuple[int, ...]
     dtype: str
     module_class: str | None = None
+    repeat: tuple[str, int] | None = None  # (role, layer) found by ``find_repeats``
 
     @property
     def layer(self) -> int | None:
         """Index of the repeated block this argument belongs to, if its name has one."""
+        if self.repeat:
+            return self.repeat[1]
         m = _LAYER_INDEX.search("." + self.name + ".")
         return int(m.group(1)) if m else None
 
     @property
     def role(self) -> str:
         """The name with layer indices replaced by ``*``: one role across repeated layers."""
+        if self.repeat:
+            return self.repeat[0]
         return _LAYER_INDEX.sub(".*.", "." + self.name + ".").strip(".")
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def find_repeats(arguments: list[Argument], *, min_repeats: int = 2) -> list[Argument]:
+    """Mark the repeated layers of a module whose argument names do not show them.
+
+    A ``.mlir`` module with ``%argN`` names, or a Flax model (``layers_0``, ``layers_1``),
+    has no ``.N.`` in its names, so every layer's weights would be their own group and
+    the search space would grow with depth. Here the repetition is read from the
+    argument *signatures* (kind, shape, dtype): the longest run of one block of ``p``
+    signatures repeated ``k >= min_repeats`` times, the block holding at least two
+    distinct signatures and one tensor of rank >= 2, and, for named arguments, names that
+    differ across the repeats only in their numbers. Each argument of the run gets
+    ``repeat = (role, layer)``: the role is the name with the numbers that vary across
+    layers written ``*`` (``params.layers_*.Dense_0.kernel``), or ``%argN (repeated)``
+    for unnamed arguments; the layer is the repetition index. Arguments whose names already
+    carry ``.N.`` layer indices are returned unchanged.
+    """
+    if any(a.layer is not None for a in arguments):
+        return arguments
+    sig = [(a.kind, a.shape, a.dtype) for a in arguments]
+    n = len(sig)
+    found = []  # (covered, -period, start, period, repeats)
+    for p in range(2, n // min_repeats + 1):
+        for start in range(0, n - min_repeats * p + 1):
+            block = sig[start:start + p]
+            if len(set(block)) < 2 or not any(len(shape) >= 2 for _, shape, _ in block):
+                continue  # q, k, v, o of one layer with equal shapes are not layers
+            k = 1
+            while start + (k + 1) * p <= n and sig[start + k * p:start + (k + 1) * p] == block:
+                k += 1
+            if k >= min_repeats:
+                found.append((k * p, -p, start, p, k))
+    for _, _, start, p, k in sorted(found, reverse=True):
+        roles = [_vary([arguments[start + r * p + j].name for r in range(k)]) for j in range(p)]
+        if all(roles) and len(set(roles)) == p:
+            break
+    else:
+        return arguments
+    out = list(arguments)
+    for j in range(p):
+        for r in range(k):
+            a = arguments[start + r * p + j]
+            out[a.index] = Argument(a.index, a.name, a.kind, a.shape, a.dtype, a.module_class, (roles[j], r))
+    return out
+
+
+def _vary(names: list[str]) -> str | None:
+    """The role of one position across repeats: ``layers_0.w``, ``layers_1.w`` ->
+    ``layers_*.w``; unnamed ``%arg3``, ``%arg9`` -> ``%arg3 (repeated)``; None when the
+    names disagree otherwise (then these are not repeats of one layer)."""
+    if all(n.startswith("%arg") for n in names):
+        return f"{names[0]} (repeated)"
+    parts = [_DIGITS.split(n) for n in names]
+    nums = [_DIGITS.findall(n) for n in names]
+    if any(x != parts[0] for x in parts):
+        return None
+    varying = [i for i, d in enumerate(nums[0]) if any(m[i] != d for m in nums)]
+    if not varying:
+        return None
+    out = parts[0][0]
+    for i, d in enumerate(nums[0]):
+        out += ("*" if i in varying else d) + parts[0][i + 1]
+    return out
 
 
 @dataclass
