@@ -119,6 +119,12 @@ def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float |
     return res.score.total_us
 
 
+def ratio(t: float, base) -> float:
+    """plan / baseline; 0.0 when the baseline is unpriceable (the plan JSON writes an
+    infinite time, a baseline that needs a collective_permute, as null)."""
+    return 0.0 if base is None else t / base
+
+
 def markdown(rows: list[dict]) -> str:
     out = ["| model | mesh | phase | search s | cands | RSS MB | plan us | /repl | /mega | /auto | /ideal | /opt | strategy |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -206,8 +212,9 @@ def main(argv=None) -> int:
                 rr = {
                     "model": model, "mesh": mesh, "phase": phase, "search_s": plan["search"]["seconds"],
                     "candidates": plan["search"]["candidates_evaluated"], "peak_rss_mb": r["peak_rss_mb"],
-                    "plan_us": t, "vs_replicated": t / b["replicated"]["total_us"],
-                    "vs_megatron": t / b["megatron"]["total_us"], "vs_autoshard": t / b["autoshard-heuristic"]["total_us"],
+                    "plan_us": t, "vs_replicated": ratio(t, b["replicated"]["total_us"]),
+                    "vs_megatron": ratio(t, b["megatron"]["total_us"]),
+                    "vs_autoshard": ratio(t, b["autoshard-heuristic"]["total_us"]),
                     "vs_ideal": t / ideal if ideal else None, "vs_optimum": (t / opt) if opt else None,
                     "vs_restarts": (t / rst) if rst else None,
                     "strategy": plan["strategy"], "wall_s": r["wall_s"],
