@@ -265,6 +265,12 @@ class LayeredEvaluator:
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
         return self.e1.probe_many(groups, moves)
 
+    @property
+    def seconds_each(self) -> float | None:
+        """One candidate's in-process time: a run of each short model."""
+        a, b = self.e1.seconds_each, self.e2.seconds_each
+        return a + b if a is not None and b is not None else None
+
     def with_cost_model(self, cost_model) -> "LayeredEvaluator":
         return LayeredEvaluator(self.e1.with_cost_model(cost_model), self.e2.with_cost_model(cost_model),
                                 self.layers)

@@ -21,12 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from shard_opt import parallel
 from shard_opt.candidates import Group, make_groups
 from shard_opt.evaluate import Evaluation, Evaluator, LayeredEvaluator, Score, constraints_for, shardings_for
 from shard_opt.lowered import LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
 
 EXHAUSTIVE_LIMIT = 1500
+EXHAUSTIVE_SECONDS = 10.0  # enumerate a space only if its estimated time is under this (None: always)
 
 
 @dataclass
@@ -66,7 +68,8 @@ class SearchResult:
 def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
            parallelism: set[str], groups: list[Group] | None = None, scorer=None,
            seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True,
-           exhaustive_limit: int = EXHAUSTIVE_LIMIT, sites: list[Group] = ()) -> SearchResult:
+           exhaustive_limit: int = EXHAUSTIVE_LIMIT, exhaustive_seconds: float | None = EXHAUSTIVE_SECONDS,
+           sites: list[Group] = ()) -> SearchResult:
     """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``).
 
     ``sites`` (``candidates.site_groups``) are searched after the argument groups, from
@@ -95,6 +98,13 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
             scored[a] = sc
 
     exhaustive = space <= exhaustive_limit
+    if exhaustive and exhaustive_seconds is not None:
+        # enumerate only what fits the time budget: a deep model's candidate costs two
+        # Shardy runs (1 and 2 layers), and a 1458-candidate space of GPT-2 XL took a minute
+        zero = tuple(0 for _ in groups)
+        score_all([zero])
+        each = scorer.seconds_each or 0.0
+        exhaustive = space * each / parallel.jobs() <= exhaustive_seconds
     if exhaustive:
         every = list(itertools.product(*[range(n) for n in sizes]))
         best = None

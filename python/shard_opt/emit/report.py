@@ -420,16 +420,8 @@ class _Report:
             self._why(key, comp, why)
             mine = [r for r in rejected if r.get("arguments_changed") and all(
                 self._role_component(k) == key for k in r["arguments_changed"])]
-            if mine:
-                self.w("- **Rejected alternatives:**")
-                for r in sorted(mine, key=lambda r: r.get("total_us") or 0):
-                    total, base = r.get("total_us"), self.cost.get("total_us")
-                    delta = (f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "")
-                    self.w(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
-                           f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
-            else:
-                self.w("- **Rejected alternatives:** none evaluated for this component alone"
-                       + (" (see the whole-model alternatives in section 3)." if rejected else "."))
+            self._rejected(mine, "none evaluated for this component alone"
+                           + (" (see the whole-model alternatives in section 3)." if rejected else "."))
             self._ccls(comp)
             self.w("")
         self._sites(rejected)
@@ -455,16 +447,20 @@ class _Report:
                + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
         keys = {g["role"] for g in sites}
         mine = [r for r in rejected if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys]
-        if mine:
-            self.w("- **Rejected alternatives:**")
-            for r in sorted(mine, key=lambda r: r.get("total_us") or 0):
-                total, base = r.get("total_us"), self.cost.get("total_us")
-                delta = (f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "")
-                self.w(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
-                       f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
-        else:
-            self.w("- **Rejected alternatives:** none evaluated.")
+        self._rejected(mine, "none evaluated.")
         self.w("- **CCLs:** a constraint's collectives are listed under the component whose op they feed.", "")
+
+    def _rejected(self, mine: list, none: str) -> None:
+        """The whole-model alternatives that changed only this part, cheapest first."""
+        if not mine:
+            self.w(f"- **Rejected alternatives:** {none}")
+            return
+        self.w("- **Rejected alternatives:**")
+        for r in sorted(mine, key=lambda r: r.get("total_us") or 0):
+            total, base = r.get("total_us"), self.cost.get("total_us")
+            delta = (f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "")
+            self.w(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
+                   f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
 
     def _role_component(self, role: str) -> str:
         for a in self.plan.get("arguments") or []:
