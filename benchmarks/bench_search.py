@@ -218,6 +218,7 @@ def main(argv=None) -> int:
                     "vs_ideal": t / ideal if ideal else None, "vs_optimum": (t / opt) if opt else None,
                     "vs_restarts": (t / rst) if rst else None,
                     "strategy": plan["strategy"], "wall_s": r["wall_s"],
+                    "constraints": len(plan.get("constraints") or []),
                 }
                 rows.append(rr)
                 rss = f"{rr['peak_rss_mb']:7.0f}" if rr["peak_rss_mb"] else "      ?"
