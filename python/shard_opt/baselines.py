@@ -6,7 +6,7 @@
   references/tenstorrent.md section 5): q/k/v/gate/up column-parallel
   ``("model", None)``, o/down row-parallel ``(None, "model")``, KV cache split on heads.
   Generalised to other architectures by role name (``ROLE_RULES``; stacked MoE experts
-  ``[experts, out, in]`` column/row per expert); 2-D weights with no
+  ``[experts, out, in]`` split on the expert dim: expert parallelism); 2-D weights with no
   known role alternate column, row in argument order (an MLP's fc1, fc2).
 - ``autoshard-heuristic``: a re-implementation of the search of tt-mlir's
   AutoShardingPass (tt-mlir PR 7517, references section 7): one mesh axis; per
@@ -32,9 +32,9 @@ ROLE_RULES = [
     (r"(o_proj|out_proj|attention\.output\.dense|attn\.c_proj|to_out\.0|wo)\.weight$", 1),
     (r"(down_proj|fc2|mlp\.c_proj|w2|output\.dense|ffn\.net\.2|mlp\.2)\.weight$", 1),
     (r"(lm_head|embed_out)\.weight$", 0),
-    # stacked MoE experts [experts, out, in] (the MoE rewrite's names): column / row per expert
-    (r"experts\.(gate_up_proj|w1|w3)$", 1),
-    (r"experts\.(down_proj|w2)$", 2),
+    # stacked MoE experts [experts, out, in] (the MoE rewrite's names): expert parallel, whole
+    # experts per device (a column split of the packed gate|up would cut across gate and up)
+    (r"experts\.(gate_up_proj|down_proj|w1|w2|w3)$", 0),
     (r"(q_proj|k_proj|v_proj|gate_proj|up_proj|fc1|c_fc|query|key|value)\.bias$", 0),
 ]
 
