@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from shard_opt import ir
 from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
+from shard_opt.passes.shardy_propagate import constraint_op, mesh_name_of
 from shard_opt.sharding import TensorSharding
 
 SITE_OPS = ("stablehlo.reshape",)
@@ -46,21 +47,18 @@ class ApplyConstraints(ModulePass):
         wanted.update(parse_constraints_option(self.constraints))
         if not wanted:
             return
-        irm = ir.ir()
-        meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
-        if not meshes:
+        mesh_name = mesh_name_of(module)
+        if mesh_name is None:
             raise UserError("apply-constraints: the module has no sdy.mesh; run add-mesh first")
-        mesh_name = meshes[0].attributes["sym_name"].value
+        irm = ir.ir()
         with module.context:
             for op, site in _site_ops(module):
                 s = wanted.get(site)
                 if s is None:
                     continue
                 value = op.results[0]
-                attr = irm.Attribute.parse(TensorSharding(s.dims, mesh_name).to_attr())
                 with irm.InsertionPoint.after(op), op.location:
-                    c = irm.Operation.create("sdy.sharding_constraint", results=[value.type],
-                                             operands=[value], attributes={"sharding": attr})
+                    c = constraint_op(value, TensorSharding(s.dims, mesh_name).to_attr())
                 value.replace_all_uses_except(c.result, c)
 
 

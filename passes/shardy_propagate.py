@@ -64,43 +64,69 @@ class ShardyPropagate(ModulePass):
 
 
 def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -> None:
-    """The constraints Shardy needs to make every data movement explicit (see the options).
-    The driver also writes them into the annotated module it emits, so XLA and tt-mlir
-    propagate from the same hints the plan was priced with."""
-    if opaque_ops:
-        guard_opaque_ops(module)
-    if moved_dims:
-        guard_moved_dims(module)
+    """The constraints Shardy needs to make every data movement explicit (see the options),
+    in one walk over the module. The driver also writes them into the annotated module it
+    emits, so XLA and tt-mlir propagate from the same hints the plan was priced with.
+
+    - in front of every tensor operand of an op Shardy has no sharding rule for: a
+      replicated constraint, so the gather the op needs is explicit and priced;
+    - in front of a slice / pad / reverse: its moved dims closed and whole, the others
+      open (``{?}``), so Shardy gathers them instead of leaving the movement implicit.
+    """
+    if not (opaque_ops or moved_dims):
+        return
+    mesh_name = mesh_name_of(module) or "mesh"
+    with module.context:
+        for op in list(ir.walk_ops(module.operation)):
+            name = op.operation.name
+            if opaque_ops and name in OPAQUE_OPS and not _shardy_own(op):
+                for i, value in enumerate(list(op.operands)):
+                    tt = ir.tensor_type(value.type)
+                    if tt is not None:
+                        constrain_operand(op, i, TensorSharding.replicated(len(tt[0]), mesh_name).to_attr())
+            elif moved_dims and name in MOVING_OPS:
+                dims = moved_dims_of(op)
+                if dims:
+                    rank = len(ir.tensor_type(op.operands[0].type)[0])
+                    body = ", ".join("{}" if d in dims else "{?}" for d in range(rank))
+                    constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, [{body}]>")
 
 
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")
 SHARDY_OWN_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.")
+MOVING_OPS = ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse")
 
 
-def guard_opaque_ops(module) -> None:
-    """Put a replicated ``sdy.sharding_constraint`` in front of every tensor operand of an
-    op Shardy has no sharding rule for, so the gather it needs is explicit and priced."""
+def _shardy_own(op) -> bool:
+    return ("call_target_name" in op.attributes
+            and str(op.attributes["call_target_name"]).strip('"').startswith(SHARDY_OWN_TARGETS))
+
+
+def mesh_name_of(module) -> str | None:
+    """The name of the module's first ``sdy.mesh``, or None."""
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            return op.attributes["sym_name"].value
+    return None
+
+
+def constraint_op(value, sharding: str):
+    """An ``sdy.sharding_constraint`` of ``value`` (``sharding``: the attribute's text),
+    created at the current insertion point."""
     irm = ir.ir()
-    meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
-    mesh_name = meshes[0].attributes["sym_name"].value if meshes else "mesh"
-    with module.context:
-        for op in list(ir.walk_ops(module.operation)):
-            if op.operation.name not in OPAQUE_OPS:
-                continue
-            if "call_target_name" in op.attributes and str(op.attributes["call_target_name"]).strip('"').startswith(SHARDY_OWN_TARGETS):
-                continue
-            for i, value in enumerate(list(op.operands)):
-                tt = ir.tensor_type(value.type)
-                if tt is None:
-                    continue
-                attr = irm.Attribute.parse(TensorSharding.replicated(len(tt[0]), mesh_name).to_attr())
-                with irm.InsertionPoint(op), op.location:
-                    guard = irm.Operation.create("sdy.sharding_constraint", results=[value.type],
-                                                 operands=[value], attributes={"sharding": attr})
-                op.operation.operands[i] = guard.result
+    return irm.Operation.create("sdy.sharding_constraint", results=[value.type], operands=[value],
+                                attributes={"sharding": irm.Attribute.parse(sharding)})
 
 
-def moved_dims(op) -> list[int]:
+def constrain_operand(op, i: int, sharding: str) -> None:
+    """Route operand ``i`` of ``op`` through a constraint placed just before ``op``."""
+    irm = ir.ir()
+    with irm.InsertionPoint(op), op.location:
+        guard = constraint_op(op.operands[i], sharding)
+    op.operation.operands[i] = guard.result
+
+
+def moved_dims_of(op) -> list[int]:
     """Dims along which ``op`` moves data between positions: what a slice cuts, a pad pads,
     a reverse reverses. Split there, each device would need another device's data."""
     name = op.operation.name
@@ -118,25 +144,3 @@ def moved_dims(op) -> list[int]:
     if name == "stablehlo.reverse":
         return sorted(set(attrs["dimensions"]))
     return []
-
-
-def guard_moved_dims(module) -> None:
-    """Constrain the dims ``moved_dims`` names to be whole (other dims left open ``{?}``),
-    so Shardy gathers them explicitly instead of leaving the movement implicit."""
-    irm = ir.ir()
-    meshes = [op for op in module.body.operations if op.operation.name == "sdy.mesh"]
-    mesh_name = meshes[0].attributes["sym_name"].value if meshes else "mesh"
-    with module.context:
-        for op in list(ir.walk_ops(module.operation)):
-            dims = moved_dims(op) if op.operation.name in ("stablehlo.slice", "stablehlo.pad",
-                                                           "stablehlo.reverse") else []
-            if not dims:
-                continue
-            value = op.operands[0]
-            rank = len(ir.tensor_type(value.type)[0])
-            body = ", ".join("{}" if d in dims else "{?}" for d in range(rank))
-            attr = irm.Attribute.parse(f"#sdy.sharding<@{mesh_name}, [{body}]>")
-            with irm.InsertionPoint(op), op.location:
-                guard = irm.Operation.create("sdy.sharding_constraint", results=[value.type],
-                                             operands=[value], attributes={"sharding": attr})
-            op.operation.operands[0] = guard.result

@@ -106,10 +106,7 @@ def argument_options(
     def make(assign: dict[int, tuple[str, ...]]) -> TensorSharding:
         return TensorSharding.of([list(assign.get(d, ())) for d in range(rank)])
 
-    for d in dims:
-        for a in axes:
-            if _divides(arg.shape[d], (a,), meshes):
-                out.append(make({d: (a,)}))
+    out += one_axis_splits(arg.shape, dims, axes, meshes)
     if rich and len(axes) >= 2:
         both = tuple(axes[:2])  # major to minor, as the mesh orders them
         for d in dims:
@@ -120,6 +117,13 @@ def argument_options(
             if _divides(arg.shape[d1], (a1,), meshes) and _divides(arg.shape[d2], (a2,), meshes):
                 out.append(make({d1: (a1,), d2: (a2,)}))
     return out
+
+
+def one_axis_splits(shape, dims, axes, meshes: list[Mesh]) -> list[TensorSharding]:
+    """One option per (dim, axis) that divides it on every mesh: that dim split on that axis."""
+    rank = len(shape)
+    return [TensorSharding.of([[a] if i == d else [] for i in range(rank)])
+            for d in dims for a in axes if _divides(shape[d], (a,), meshes)]
 
 
 def make_groups(
@@ -156,12 +160,7 @@ def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str]) -> 
     axes = [a for a in mesh.axes if any(m.axis_size(a) > 1 for m in meshes)]
     groups = []
     for site, shape in find_sites(ir.parse(module_text)).items():
-        rank = len(shape)
-        opts = [TensorSharding.replicated(rank)]
-        for d in range(rank):
-            for a in axes:
-                if shape[d] > 1 and _divides(shape[d], (a,), meshes):
-                    opts.append(TensorSharding.of([[a] if i == d else [] for i in range(rank)]))
+        opts = [TensorSharding.replicated(len(shape)), *one_axis_splits(shape, range(len(shape)), axes, meshes)]
         if len(opts) > 1:
             groups.append(Group(site, (), tuple(shape), "intermediate", tuple(opts), by="site"))
     return groups

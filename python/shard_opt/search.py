@@ -84,18 +84,12 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
     progress = progress or Progress(model.name, enabled=False)
     sizes = [len(g.options) for g in groups]
     space = math.prod(sizes)
-    scored: dict[tuple, Score] = {}
+    score = _Scores(scorer, groups)
+    score_all, scored = score.many, score.scored
     screened: set[tuple] = set()  # candidates ranked by the cheap proxy only
 
-    def score(a: tuple[int, ...]) -> Score:
-        if a not in scored:
-            scored[a] = scorer.score(groups, a)
-        return scored[a]
-
-    def score_all(cands: list[tuple[int, ...]]) -> None:
-        new = [a for a in dict.fromkeys(cands) if a not in scored]
-        for a, sc in zip(new, scorer.score_many(groups, new)):
-            scored[a] = sc
+    def tick(b):
+        progress.update(len(scored) + len(screened), None, score(b))
 
     exhaustive = space <= exhaustive_limit
     if exhaustive and exhaustive_seconds is not None:
@@ -117,16 +111,12 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         score_all(start)  # also times one evaluation, which decides whether workers pay
         moves = _moves(groups, scorer)
         best = min(start, key=lambda a: (score(a).key(), a))
-        best = _local_search(best, moves, groups, scorer, score, score_all,
-                             lambda b: progress.update(len(scored) + len(screened), None, score(b)),
-                             screened)
+        best = _local_search(best, moves, groups, scorer, score, score_all, tick, screened)
     if sites:
-        groups = list(groups) + list(sites)
+        groups = score.groups = list(groups) + list(sites)
         best = best + tuple(0 for _ in sites)
-        site_moves = [m for m in _moves(groups, scorer, only=range(len(groups) - len(sites), len(groups)))]
-        best = _local_search(best, site_moves, groups, scorer, score, score_all,
-                             lambda b: progress.update(len(scored) + len(screened), None, score(b)),
-                             screened)
+        site_moves = _moves(groups, scorer, only=range(len(groups) - len(sites), len(groups)))
+        best = _local_search(best, site_moves, groups, scorer, score, score_all, tick, screened)
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -144,21 +134,30 @@ def local_search_from(start: tuple[int, ...], groups: list[Group], scorer) -> tu
     """The local optimum the search reaches from ``start`` alone (no seeds, no
     enumeration): what ``benchmarks/bench_search.py`` restarts from random plans to
     probe spaces too large to enumerate."""
-    scored: dict[tuple, Score] = {}
-
-    def score(a):
-        if a not in scored:
-            scored[a] = scorer.score(groups, a)
-        return scored[a]
-
-    def score_all(cands):
-        new = [a for a in dict.fromkeys(cands) if a not in scored]
-        for a, sc in zip(new, scorer.score_many(groups, new)):
-            scored[a] = sc
-
-    best = _local_search(tuple(start), _moves(groups, scorer), groups, scorer, score, score_all,
+    score = _Scores(scorer, groups)
+    best = _local_search(tuple(start), _moves(groups, scorer), groups, scorer, score, score.many,
                          lambda b: None, set())
     return best, score(best)
+
+
+@dataclass
+class _Scores:
+    """Scores of assignments over ``groups``, memoized; ``many`` prices the new ones of a
+    batch together (in the scorer's worker processes when that pays)."""
+
+    scorer: object
+    groups: list
+    scored: dict = field(default_factory=dict)
+
+    def __call__(self, a: tuple[int, ...]) -> Score:
+        if a not in self.scored:
+            self.scored[a] = self.scorer.score(self.groups, a)
+        return self.scored[a]
+
+    def many(self, cands: list[tuple[int, ...]]) -> None:
+        new = [a for a in dict.fromkeys(cands) if a not in self.scored]
+        for a, sc in zip(new, self.scorer.score_many(self.groups, new)):
+            self.scored[a] = sc
 
 
 def _moves(groups: list[Group], scorer, only=None) -> list[dict[int, int]]:
