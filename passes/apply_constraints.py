@@ -57,6 +57,10 @@ class ApplyConstraints(ModulePass):
                 if s is None:
                     continue
                 value = op.results[0]
+                rank = len(ir.tensor_type(value.type)[0])
+                if s.rank != rank:
+                    raise UserError(f"apply-constraints: the constraint for {site} has {s.rank} dims, the "
+                                    f"reshape's result has {rank}; give one entry per result dim")
                 with irm.InsertionPoint.after(op), op.location:
                     c = constraint_op(value, TensorSharding(s.dims, mesh_name).to_attr())
                 value.replace_all_uses_except(c.result, c)

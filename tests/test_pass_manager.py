@@ -157,3 +157,16 @@ def test_failed_pipeline_writes_its_input_as_a_repro():
     os.unlink(info.value.repro_path)
     assert ir.print_module(ir.parse(repro)) == ir.print_module(module)
     assert "loc(" in repro  # with debug info, as the repro habit wants
+
+
+def test_constraint_of_the_wrong_rank_is_a_user_error():
+    text = """module {
+  sdy.mesh @mesh = <["model"=4]>
+  func.func @main(%arg0: tensor<1x8x64xf32>) -> tensor<1x8x4x16xf32> {
+    %0 = stablehlo.reshape %arg0 : (tensor<1x8x64xf32>) -> tensor<1x8x4x16xf32>
+    return %0 : tensor<1x8x4x16xf32>
+  }
+}"""
+    with pytest.raises(UserError, match="has 2 dims, the reshape's result has 4"):
+        PassManager(parse_pipeline("builtin.module(apply-constraints{constraints=1x8x64xf32->1x8x4x16xf32=-/model})"),
+                    PassContext()).run(ir.parse(text))
