@@ -452,7 +452,7 @@ def test_script_fails_only_at_the_torch_xla_import(d):
     """Imported where torch_xla is not installed, the emitted script gets through the user's
     imports (torch, transformers) and fails at its first torch_xla import, nowhere earlier."""
     if importlib.util.find_spec("torch_xla") is not None:
-        pytest.skip("torch_xla is installed here")
+        pytest.skip("torch_xla is installed here: this test is about running the emitted script without it")
     failure = _scripts_checked(d)["plain"]
     assert failure is not None, "the script imported without torch_xla"
     assert failure["type"] == "ModuleNotFoundError" and failure["name"] == "torch_xla"
@@ -472,7 +472,7 @@ def test_cli_on_its_own_output_needs_torch_xla(d, run_cli, monkeypatch, tmp_path
     output. It must still fail cleanly: exit 1, one line naming torch_xla, nothing written.
     (Once the frontend reads emitted scripts this test must become a real re-run.)"""
     if importlib.util.find_spec("torch_xla") is not None:
-        pytest.skip("torch_xla is installed here")
+        pytest.skip("torch_xla is installed here: this test is about running the emitted script without it")
     monkeypatch.setenv("SHARD_OPT_JOBS", "1")
     src = tmp_path / "S.py"
     src.write_text(d.script)
