@@ -30,6 +30,9 @@ chosen dtype. For Hugging Face text models, prefill token inputs are resized to
 ``[batch, seq_len]`` and ``use_cache=False`` is passed (``hf.adapt_prefill``); decode
 builds its own inputs (``hf.decode_program``). ``--layers N`` cuts the largest
 ``nn.ModuleList`` of identical blocks to its first N (and the config's layer count).
+The script's own code (its import, ``load_model``, ``load_inputs``, ``ModelLoader()``,
+and the model's forward while it is traced) runs with stdout sent to stderr, at the
+Python and the file-descriptor level (``stdout_to_stderr``): stdout carries the module.
 """
 
 from __future__ import annotations
@@ -380,7 +383,7 @@ def trace_program(prog: TorchProgram, *, where: str, dtype: torch.dtype | None =
         wrapper = _Exported(_Adapter(model, prog.forward), state_names, n_pos,
                             prog.input_names[n_pos:], prog.kwargs)
         try:
-            with counter:
+            with counter, stdout_to_stderr():  # the model's forward is user code too
                 ep = torch.export.export(wrapper, tuple(state + inputs), strict=False)
         except UserError:
             raise
@@ -496,9 +499,65 @@ def _lowering_error(where: str, e: BaseException, stderr: str, ep, table) -> Use
 # Load scripts
 # ---------------------------------------------------------------------------------
 
-def _run_user(where: str, what: str, fn, *args, **kwargs):
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Send everything written to stdout to stderr for the duration of the block.
+
+    shard-opt writes the annotated module on stdout (``shard-opt script.py > out.mlir``),
+    so nothing else may: a load script that prints at import or in ``load_inputs()``, a
+    forward with a debug print, a C extension or subprocess writing to fd 1 would put
+    its text into the module. Both levels are redirected: fd 1 is pointed at fd 2
+    (``os.dup2``; restored after) and ``sys.stdout`` at ``sys.stderr``. C stdio buffers
+    are flushed before fd 1 is restored, so a buffered ``printf`` lands on stderr too.
+    Nesting is fine (the inner block saves and restores the already-redirected fd).
+    """
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed or None stream: nothing to flush
+            pass
     try:
-        return fn(*args, **kwargs)
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (a daemon): Python-level redirection only
+        saved = None
+    if saved is not None:
+        try:
+            os.dup2(2, 1)
+        except OSError:
+            os.close(saved)
+            saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        if saved is not None:
+            _flush_c_stdio()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: write out what C code buffered in its ``stdout`` FILE."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except Exception:  # no libc symbol table (unusual platforms): best effort
+        pass
+
+
+def _run_user(where: str, what: str, fn, *args, **kwargs):
+    """Call the user's ``fn`` (stdout sent to stderr); its exceptions become one UserError line."""
+    try:
+        with stdout_to_stderr():
+            return fn(*args, **kwargs)
     except UserError:
         raise
     except SystemExit as e:
