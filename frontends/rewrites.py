@@ -17,18 +17,32 @@ Two kinds of entries:
   user's model as written.
 
 Every entry says what it fixes and why in ``REWRITE_TABLE`` (shown by ``--describe``).
+
+After lowering, ``after_lowering`` cleans torch-mlir's StableHLO text before anything
+else sees it (every module shard-opt hands to XLA or emits comes from it):
+
+* ``inline_resources``: ``dense_resource<NAME>`` constants (torch-mlir's literals of
+  more than one element, with their bytes in a ``{-# dialect_resources ... #-}`` blob
+  at the end of the text) become plain ``dense<...>`` attributes. XLA's StableHLO
+  import rejects them ("UNIMPLEMENTED: Only dense elements attr are supported"), and
+  tt-mlir's ElementTypeNormalization cannot retype them (it skips
+  DenseResourceElementsAttr, tt-mlir issue 2847).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import re
 import types
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+
+from shard_opt import ir
 
 
 @dataclass(frozen=True)
@@ -270,3 +284,105 @@ def module_rewrites(model: torch.nn.Module):
                 m.forward = old
             else:
                 del m.__dict__["forward"]
+
+
+# ---------------------------------------------------------------------------------
+# After lowering: torch-mlir's StableHLO text
+# ---------------------------------------------------------------------------------
+
+_RESOURCE_SECTION = re.compile(r"\{-#(.*?)#-\}", re.S)
+_RESOURCE_ENTRY = re.compile(r'([A-Za-z_][\w.$\-]*|"(?:[^"\\]|\\.)*")\s*:\s*"(0x[0-9A-Fa-f]*|[^"]*)"')
+_RESOURCE_REF = re.compile(r'^dense_resource<([^>]+)>')
+
+
+def resource_blobs(text: str) -> dict[str, str]:
+    """``{name: hex text}`` of the ``dialect_resources`` section(s) at the end of ``text``."""
+    blobs = {}
+    for section in _RESOURCE_SECTION.findall(text):
+        for name, value in _RESOURCE_ENTRY.findall(section):
+            blobs[name.strip('"')] = value
+    return blobs
+
+
+def _blob_array(name: str, hex_text: str | None, tensor_type, where: str) -> np.ndarray:
+    """The elements of blob ``name`` as a numpy array ``DenseElementsAttr.get`` takes.
+
+    A builtin resource blob is printed as ``"0x"`` + 4 bytes of alignment (little-endian
+    uint32, a power of two: torch-mlir's is the numpy dtype's alignment) + the raw
+    little-endian element bytes, one byte per ``i1``. The element count and width check
+    the split: the data must be exactly ``numel * bytes``.
+    """
+    if hex_text is None:
+        raise RuntimeError(f"{where}: torch-mlir's module references dense_resource<{name}> but its "
+                           f"dialect_resources section has no blob of that name (a torch-mlir bug: the "
+                           f"constant's value is unknown, so the module cannot be used)")
+    if not hex_text.startswith("0x"):
+        raise RuntimeError(f"{where}: dense_resource<{name}> holds {hex_text[:20]!r}, not hex data "
+                           f"(an elided blob?); lower the model again without eliding resources")
+    raw = bytes.fromhex(hex_text[2:])
+    elem = tensor_type.element_type
+    width = getattr(elem, "width", None)
+    if width not in (1, 8, 16, 32, 64):
+        raise RuntimeError(f"{where}: dense_resource<{name}> of type {tensor_type}: element type {elem} "
+                           f"is not an integer or float type shard-opt can inline")
+    nbytes = 1 if width == 1 else width // 8
+    numel = int(np.prod(tensor_type.shape)) if tensor_type.shape else 1
+    align = int.from_bytes(raw[:4], "little") if len(raw) >= 4 else 0
+    data = raw[4:]
+    if align == 0 or align & (align - 1) or len(data) != numel * nbytes:
+        raise RuntimeError(f"{where}: dense_resource<{name}> blob has {len(raw)} bytes (alignment "
+                           f"{align}); a {tensor_type} needs 4 + {numel} x {nbytes}")
+    shape = tuple(tensor_type.shape)
+    if width == 1:
+        return (np.frombuffer(data, np.uint8) != 0).reshape(shape)
+    return np.frombuffer(data, np.dtype(f"<u{nbytes}")).reshape(shape)
+
+
+def inline_resources(module, blobs: dict[str, str], *, where: str) -> int:
+    """Replace every ``dense_resource`` attribute of an op by the equal ``dense`` one; returns how many.
+
+    jaxlib's MLIR bindings can make resource attributes but not read their bytes back,
+    so the bytes come from the module text (``resource_blobs``) and the new attribute
+    is built with ``DenseElementsAttr.get`` (which picks the printed form: a splat, a
+    list, or ``"0x..."`` hex of the same little-endian bytes). Unreferenced blobs are
+    not printed, so the resource section disappears with the last reference.
+    """
+    irm = ir.ir()
+    count = 0
+    with module.context, irm.Location.unknown():
+        for op in ir.walk_ops(module.operation):
+            attrs = op.operation.attributes
+            for i in range(len(attrs)):
+                named = attrs[i]
+                m = _RESOURCE_REF.match(str(named.attr))
+                if not m:
+                    continue
+                ttype = irm.RankedTensorType(named.attr.type)
+                name = m.group(1).strip('"')
+                array = _blob_array(name, blobs.get(name), ttype, where)
+                # equal elements come back as a splat (dense<7> : tensor<1x8xi64>)
+                op.operation.attributes[named.name] = irm.DenseElementsAttr.get(
+                    array, type=ttype.element_type, shape=list(ttype.shape))
+                count += 1
+    return count
+
+
+def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
+    """torch-mlir's module text, cleaned (see the module docstring); and what was done.
+
+    Returns the new text and one note per rewrite that fired (for the model's meta).
+    """
+    if "dense_resource<" not in text:
+        return text, []
+    # A fresh context: MLIR uniques resource names per context, so in the shared one a
+    # second module's blob "x" would be renamed "x_1" and no longer match the text's key.
+    module = ir.parse(text, filename=where, context=ir.new_context())
+    notes = []
+    inlined = inline_resources(module, resource_blobs(text), where=where)
+    if inlined:
+        notes.append(f"dense_resource -> dense ({inlined} constants)")
+    out = ir.print_module(module)
+    if "dense_resource<" in out:
+        raise RuntimeError(f"{where}: a dense_resource attribute is left after inlining (nested in another "
+                           f"attribute?); XLA cannot import it")
+    return out, notes

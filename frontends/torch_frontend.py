@@ -434,6 +434,8 @@ def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: 
         raise _lowering_error(where, failure, err["text"], tr.ep, table) from None
     text = str(module)
     del module
+    # plain dense constants (rewrites.after_lowering): XLA cannot import dense_resource
+    text, lowering_rewrites = rewrites.after_lowering(text, where=where)
     t_lower = time.perf_counter() - t0
 
     arguments = []
@@ -453,6 +455,7 @@ def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: 
         "dtype": dtype, "export_seconds": round(tr.seconds, 3), "lower_seconds": round(t_lower, 3),
         "rewrites": [f"{p} ({c})" for p, c in tr.rewritten],
         "decompositions": sorted(fired),
+        "lowering_rewrites": lowering_rewrites,
         "total_layers": prog.total_layers,
         "param_count": sum(p.numel() for _, p in tr.params),
         "inputs": {n: list(x.shape) for n, x in zip(prog.input_names, tr.inputs)},
