@@ -27,6 +27,8 @@ else sees it (every module shard-opt hands to XLA or emits comes from it):
   import rejects them ("UNIMPLEMENTED: Only dense elements attr are supported"), and
   tt-mlir's ElementTypeNormalization cannot retype them (it skips
   DenseResourceElementsAttr, tt-mlir issue 2847).
+* ``narrow_f64``: every ``f64`` type, constant and op becomes ``f32`` (Tenstorrent
+  chips have no f64; tt-mlir does the same narrowing later, see the function).
 """
 
 from __future__ import annotations
@@ -293,6 +295,7 @@ def module_rewrites(model: torch.nn.Module):
 _RESOURCE_SECTION = re.compile(r"\{-#(.*?)#-\}", re.S)
 _RESOURCE_ENTRY = re.compile(r'([A-Za-z_][\w.$\-]*|"(?:[^"\\]|\\.)*")\s*:\s*"(0x[0-9A-Fa-f]*|[^"]*)"')
 _RESOURCE_REF = re.compile(r'^dense_resource<([^>]+)>')
+_CONSTANT_OPS = ("arith.constant", "stablehlo.constant", "sdy.constant", "chlo.constant")
 
 
 def resource_blobs(text: str) -> dict[str, str]:
@@ -367,20 +370,106 @@ def inline_resources(module, blobs: dict[str, str], *, where: str) -> int:
     return count
 
 
+def _narrowed(t):
+    """``t`` with an ``f64`` element (or scalar) type as ``f32``; None if there is no f64."""
+    irm = ir.ir()
+    if isinstance(t, irm.F64Type):
+        return irm.F32Type.get()
+    if isinstance(t, irm.RankedTensorType) and isinstance(t.element_type, irm.F64Type):
+        return irm.RankedTensorType.get(list(t.shape), irm.F32Type.get(), t.encoding)
+    return None
+
+
+def narrow_f64(module, *, where: str) -> int:
+    """Retype every ``f64`` value, constant and function signature to ``f32``; returns how many values.
+
+    Tenstorrent hardware has no f64. tt-mlir narrows it too, after shard-opt's part is
+    done: tenstorrent/tt-mlir ``include/ttmlir/Dialect/TTCore/IR/TTCoreOpsTypes.h``,
+    ``elementTypeToDataTypeImpl`` ("Treat f64 as f32": float widths 32 and 64 both map
+    to ``DataType::Float32``), applied to every ranked tensor by the TTIR pass in
+    ``lib/Dialect/TTIR/Transforms/ElementTypeNormalization.cpp`` (``ElementTypeConverter``;
+    its ``ConstantOpAttrRewriter::rebuildFloatAttr`` converts f64 constants to f32). Doing
+    it here means the module shard-opt prices, verifies and emits is the one the device
+    runs: LayerNorm statistics that torch-mlir's decompositions compute in f64 (and its
+    ``dense<1.0e-05> : tensor<1xf64>`` literals) are f32 sums, 4 bytes an element.
+
+    ``i64`` stays. A ``stablehlo.convert`` that becomes f32 -> f32 is dropped. The module
+    is verified afterwards; any f64 left (in a type this does not know) is an error.
+    """
+    irm = ir.ir()
+    f32 = irm.F32Type.get
+    count = 0
+    with module.context, irm.Location.unknown():
+        for op in list(ir.walk_ops(module.operation)):
+            o = op.operation
+            for region in o.regions:
+                for block in region.blocks:
+                    for arg in block.arguments:
+                        t = _narrowed(arg.type)
+                        if t is not None:
+                            arg.set_type(t)
+                            count += 1
+            for r in o.results:
+                t = _narrowed(r.type)
+                if t is not None:
+                    r.set_type(t)
+                    count += 1
+            if o.name == "func.func":
+                ftype = irm.FunctionType(irm.TypeAttr(o.attributes["function_type"]).value)
+                ins = [_narrowed(t) or t for t in ftype.inputs]
+                outs = [_narrowed(t) or t for t in ftype.results]
+                o.attributes["function_type"] = irm.TypeAttr.get(irm.FunctionType.get(ins, outs))
+            if o.name in _CONSTANT_OPS and "value" in o.attributes:
+                value = o.attributes["value"]
+                if isinstance(value, irm.DenseElementsAttr) and isinstance(value.type.element_type, irm.F64Type):
+                    ttype = _narrowed(value.type)
+                    if value.is_splat:
+                        scalar = irm.FloatAttr(value.get_splat_value()).value
+                        new = irm.DenseElementsAttr.get_splat(ttype, irm.FloatAttr.get(f32(), scalar))
+                    else:
+                        new = irm.DenseElementsAttr.get(np.asarray(value).astype(np.float32), type=f32(),
+                                                        shape=list(ttype.shape))
+                    o.attributes["value"] = new
+                elif isinstance(value, irm.FloatAttr) and isinstance(value.type, irm.F64Type):
+                    o.attributes["value"] = irm.FloatAttr.get(f32(), value.value)
+        for op in list(ir.walk_ops(module.operation)):
+            o = op.operation
+            if o.name == "stablehlo.convert" and o.operands[0].type == o.results[0].type:
+                o.results[0].replace_all_uses_with(o.operands[0])
+                o.erase()
+        for op in ir.walk_ops(module.operation):
+            o = op.operation
+            types = [v.type for v in o.results] + [v.type for v in o.operands]
+            if any(_narrowed(t) is not None for t in types):
+                raise RuntimeError(f"{where}: {o.name} still has an f64 value after narrowing f64 to f32")
+        try:
+            ok = module.operation.verify()
+        except Exception as e:
+            ok, why = False, " ".join(str(e).split())[:300]
+        else:
+            why = ""
+        if not ok:
+            raise RuntimeError(f"{where}: the module does not verify after narrowing f64 to f32: {why}")
+    return count
+
+
 def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
     """torch-mlir's module text, cleaned (see the module docstring); and what was done.
 
     Returns the new text and one note per rewrite that fired (for the model's meta).
     """
-    if "dense_resource<" not in text:
+    if "dense_resource<" not in text and "f64" not in text:
         return text, []
     # A fresh context: MLIR uniques resource names per context, so in the shared one a
     # second module's blob "x" would be renamed "x_1" and no longer match the text's key.
     module = ir.parse(text, filename=where, context=ir.new_context())
     notes = []
-    inlined = inline_resources(module, resource_blobs(text), where=where)
+    inlined = inline_resources(module, resource_blobs(text), where=where) if "dense_resource<" in text else 0
     if inlined:
         notes.append(f"dense_resource -> dense ({inlined} constants)")
+    narrowed = narrow_f64(module, where=where)
+    if narrowed:
+        notes.append(f"f64 -> f32 ({narrowed} values)")
     out = ir.print_module(module)
     if "dense_resource<" in out:
         raise RuntimeError(f"{where}: a dense_resource attribute is left after inlining (nested in another "

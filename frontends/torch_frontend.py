@@ -434,20 +434,21 @@ def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: 
         raise _lowering_error(where, failure, err["text"], tr.ep, table) from None
     text = str(module)
     del module
-    # plain dense constants (rewrites.after_lowering): XLA cannot import dense_resource
+    # plain dense constants, no f64 (rewrites.after_lowering): what XLA and tt-mlir take
     text, lowering_rewrites = rewrites.after_lowering(text, where=where)
     t_lower = time.perf_counter() - t0
 
+    def element(t) -> str:  # the module's element type: f64 is narrowed to f32
+        dt = TORCH_TO_MLIR.get(t.dtype, str(t.dtype))
+        return "f32" if dt == "f64" else dt
+
     arguments = []
     for n, p in tr.params:
-        arguments.append(Argument(len(arguments), n, "param", tuple(p.shape),
-                                  TORCH_TO_MLIR.get(p.dtype, str(p.dtype)), _owner_class(model, n)))
+        arguments.append(Argument(len(arguments), n, "param", tuple(p.shape), element(p), _owner_class(model, n)))
     for n, b in tr.buffers:
-        arguments.append(Argument(len(arguments), n, "buffer", tuple(b.shape),
-                                  TORCH_TO_MLIR.get(b.dtype, str(b.dtype)), _owner_class(model, n)))
+        arguments.append(Argument(len(arguments), n, "buffer", tuple(b.shape), element(b), _owner_class(model, n)))
     for n, x, k in zip(prog.input_names, tr.inputs, tr.kinds):
-        arguments.append(Argument(len(arguments), n, k, tuple(x.shape),
-                                  TORCH_TO_MLIR.get(x.dtype, str(x.dtype)), None))
+        arguments.append(Argument(len(arguments), n, k, tuple(x.shape), element(x), None))
     text = annotate_arguments(text, arguments, where=where)
 
     meta = dict(prog.meta)

@@ -1,5 +1,6 @@
 """The PyTorch frontend hands on clean modules: nothing but the module on stdout, plain
-``dense`` constants (no ``dense_resource`` blobs XLA cannot import).
+``dense`` constants (no ``dense_resource`` blobs XLA cannot import) and no ``f64``
+(Tenstorrent chips have none).
 
 Real torch.export + torch-mlir + XLA throughout, on models of a few hundred parameters.
 """
@@ -71,7 +72,7 @@ def load_inputs():
 '''
 
 # Constants torch-mlir writes as dense_resource blobs: a bool mask (a ui8 blob), an
-# all-equal int64 (a splat once inlined), f32 and f64 values.
+# all-equal int64 (a splat once inlined), f32 values and an f64 one (narrowed).
 CONSTANTS_SCRIPT = '''
 import torch
 from torch import nn
@@ -153,7 +154,7 @@ def test_inlined_constants_compute_what_pytorch_computes(tmp_path):
     for name, text in (("groupnorm.py", GROUPNORM_SCRIPT), ("constants.py", CONSTANTS_SCRIPT)):
         path = _script(tmp_path, name, text)
         lm = load_script(str(path), dtype="f32")
-        assert "dense_resource" not in lm.text, name
+        assert "dense_resource" not in lm.text and "f64" not in lm.text, name
         assert any(r.startswith("dense_resource -> dense") for r in lm.meta["lowering_rewrites"]), name
         assert _against_eager(path) < 1e-5, name
 
@@ -205,3 +206,41 @@ def test_a_missing_or_short_resource_blob_is_a_clear_error():
     with pytest.raises(RuntimeError, match=r"dense_resource<same> blob has 12 bytes.*needs 4 \+ 3 x 4"):
         after_lowering(short, where="<t>")
 
+
+# ---------------------------------------------------------------------------------
+# f64 -> f32
+# ---------------------------------------------------------------------------------
+
+LAYERNORM_SCRIPT = '''
+import torch
+from torch import nn
+
+
+def load_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.LayerNorm(64))
+
+
+def load_inputs():
+    torch.manual_seed(1)
+    return (torch.randn(2, 8, 32),)
+'''
+
+
+def test_layernorm_lowers_without_f64_and_verifies_on_8_devices(tmp_path, run_cli):
+    # torch-mlir computes LayerNorm's statistics in f64 (convert to tensor<2x8x64xf64>,
+    # an f64 reduce, dense<1.0e-05> : tensor<1xf64>); Tenstorrent chips have no f64.
+    from shard_opt.frontends.torch_frontend import load_script
+
+    path = _script(tmp_path, "layernorm.py", LAYERNORM_SCRIPT)
+    lm = load_script(str(path), dtype="f32")
+    assert "f64" not in lm.text
+    assert "i64" in lm.text  # integer literals keep their width
+    assert any(r.startswith("f64 -> f32") for r in lm.meta["lowering_rewrites"])
+    assert all(a.dtype == "f32" for a in lm.arguments)
+    assert _against_eager(path) < 1e-5  # f32 statistics: what eager PyTorch computes on CPU
+
+    code, out, err = run_cli(path, "--mesh", "1x8", "--verify-numerics", "--dtype", "f32")
+    assert code == 0, err
+    assert "numerics PASS" in err
+    assert "f64" not in out
