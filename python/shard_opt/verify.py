@@ -34,12 +34,18 @@ few rounding steps of the summed terms:
 - ``f16`` (eps 9.8e-4): rtol 1e-2, atol 5e-3. ``f64``: 1e-9 both.
 - integers and ``i1``: exact.
 
-Inputs: floats are standard normal; integer arguments are 0 (always a valid token id,
-position or index; a sharded gather with clamped out-of-range indices is not what is
-being checked); ``i1`` is random. Pass ``inputs=`` to choose them yourself. Each input
-goes to the devices split as the compiled program expects (its parameter shardings),
-the way a host hands each chip its slice; an argument marked ``unreduced`` is handed
-whole to every device, so a plan claiming an input is a partial sum fails.
+Inputs: floats are standard normal; ``i1`` is random; an integer argument that indexes
+a table (token ids into an embedding, position ids into a position-embedding table: it
+reaches the start indices of a ``stablehlo.gather``, ``dynamic_slice``,
+``dynamic_update_slice`` or ``torch_index_select``, ``index_bounds``) is drawn uniformly
+from the table's valid range, seeded, so tokens differ and a plan that mixes up rows
+fails; any other integer argument (an attention mask, positions that feed no table) is
+0: the module does not say what range it may take, and 0 is valid for any index (an
+out-of-range one would only exercise XLA's clamping, not the plan). Pass ``inputs=`` to
+choose them yourself. Each input goes to the devices split as the compiled program
+expects (its parameter shardings), the way a host hands each chip its slice; an
+argument marked ``unreduced`` is handed whole to every device, so a plan claiming an
+input is a partial sum fails.
 """
 
 from __future__ import annotations
@@ -183,16 +189,112 @@ def _xla_ready(text: str) -> str:
     return ir.drop_explicit_collectives(text) if ir.has_explicit_collectives(text) else text
 
 
-def random_inputs(arg_types, seed: int = 0) -> list[np.ndarray]:
-    """Seeded inputs for ``[(shape, dtype), ...]``: normal floats, zero integers, random i1."""
+# Ops an index passes through on its way to a gather: the value is the same index (or a
+# re-shaped, converted, sliced or offset copy of it).
+_INDEX_PASS_THROUGH = {
+    "stablehlo.convert", "stablehlo.reshape", "stablehlo.broadcast_in_dim", "stablehlo.transpose",
+    "stablehlo.slice", "stablehlo.concatenate", "stablehlo.add", "stablehlo.clamp", "stablehlo.select",
+    # sharding-only ops of an annotated or propagated module: the identity on the value
+    "sdy.sharding_constraint", "sdy.reshard", "sdy.all_gather", "sdy.all_slice", "sdy.all_to_all",
+    "sdy.collective_permute", "sdy.all_reduce", "sdy.reduce_scatter",
+}
+
+
+def _int_array(attr) -> list[int]:
+    """``array<i64: 1, 16>`` (or a dense i64 attribute) as a list."""
+    try:
+        return [int(x) for x in attr]
+    except TypeError:
+        return [int(x) for x in re.findall(r"-?\d+", str(attr).split(":", 1)[-1])]
+
+
+def _gather_bound(op) -> int | None:
+    """Exclusive bound on the start indices of a ``stablehlo.gather``: per operand dim the
+    index vector addresses (``start_index_map``), how many starts fit (size - slice + 1;
+    the size for a ``collapsed_slice_dims`` dim of slice 1); the smallest if several."""
+    m = re.search(r"start_index_map = \[([^\]]*)\]", str(op.attributes["dimension_numbers"]))
+    start = [int(x) for x in re.findall(r"\d+", m.group(1))] if m else []
+    shape = ir.tensor_type(op.operands[0].type)[0]
+    sizes = _int_array(op.attributes["slice_sizes"]) if "slice_sizes" in op.attributes else [1] * len(shape)
+    bounds = [shape[d] - sizes[d] + 1 for d in start if d < len(shape) and d < len(sizes)]
+    return min(bounds) if bounds else None
+
+
+def index_bounds(module_text: str) -> dict[int, int]:
+    """``{argument index: exclusive upper bound}`` for integer ``@main`` arguments that index a table.
+
+    An argument indexes a table when it reaches, through ``_INDEX_PASS_THROUGH`` ops
+    (convert, reshape, broadcast_in_dim, transpose, slice, concatenate, add of an offset,
+    clamp, select), the start indices of a ``stablehlo.gather`` (bound: the operand's size
+    along the ``start_index_map`` dims, less the slice size - 1), of a ``dynamic_slice`` or
+    ``dynamic_update_slice`` (size - slice or update size + 1 along that dim) or the
+    index of a ``torch_index_select`` (the size along ``dim``). An argument used by
+    several tables gets the smallest bound. Integer arguments that reach none (masks,
+    positions with no table) are not in the result.
+    """
+    module = ir.parse(module_text, filename="<verify>")
+    func = ir.main_func(module)
+    derived: dict = {}  # value -> set of @main argument indices it is an index copy of
+    for i, a in enumerate(func.regions[0].blocks[0].arguments):
+        tt = ir.tensor_type(a.type)
+        if tt is not None and re.fullmatch(r"[su]?i\d+", tt[1]) and tt[1] != "i1":
+            derived[a] = {i}
+    bounds: dict[int, int] = {}
+
+    def bound(value, limit) -> None:
+        if limit is None:
+            return
+        for i in derived.get(value, ()):
+            bounds[i] = max(1, min(bounds.get(i, limit), limit))
+
+    for op in ir.walk_ops(func):
+        o = op.operation
+        name = o.name
+        if name in _INDEX_PASS_THROUGH:
+            srcs = set().union(*(derived.get(v, set()) for v in o.operands))
+            tt = ir.tensor_type(o.results[0].type) if len(o.results) == 1 else None
+            if srcs and tt is not None and re.fullmatch(r"[su]?i\d+", tt[1]) and tt[1] != "i1":
+                derived[o.results[0]] = srcs
+        elif name == "stablehlo.gather" and len(o.operands) >= 2:
+            bound(o.operands[1], _gather_bound(o))
+        elif name in ("stablehlo.dynamic_slice", "stablehlo.dynamic_update_slice"):
+            first = 1 if name == "stablehlo.dynamic_slice" else 2
+            shape = ir.tensor_type(o.operands[0].type)[0]
+            if name == "stablehlo.dynamic_slice":
+                sizes = _int_array(o.attributes["slice_sizes"])
+            else:
+                sizes = ir.tensor_type(o.operands[1].type)[0]
+            for d, v in enumerate(list(o.operands)[first:]):
+                if d < len(shape) and d < len(sizes):
+                    bound(v, shape[d] - sizes[d] + 1)
+        elif name == "stablehlo.torch_index_select" and len(o.operands) >= 2:
+            shape = ir.tensor_type(o.operands[0].type)[0]
+            dim = int(o.attributes["dim"].value)
+            bound(o.operands[1], shape[dim] if 0 <= dim < len(shape) else None)
+    return bounds
+
+
+def random_inputs(arg_types, seed: int = 0, bounds: dict[int, int] | None = None) -> list[np.ndarray]:
+    """Seeded inputs for ``[(shape, dtype), ...]``: normal floats, random i1, and integers
+    uniform in ``[0, bounds[i])`` for argument ``i`` (``index_bounds``), 0 without a bound
+    (masks and positions with no table).
+
+    Integers come from their own generator per argument (seeded with ``(seed, i)``), so
+    the floats are the same with or without bounds.
+    """
     rng = np.random.default_rng(seed)
+    bounds = bounds or {}
     out = []
-    for shape, dtype in arg_types:
+    for i, (shape, dtype) in enumerate(arg_types):
         npd = numpy_dtype(dtype)
         if dtype == "i1":
             out.append(rng.random(shape) < 0.5)
         elif np.issubdtype(npd, np.integer):
-            out.append(np.zeros(shape, npd))
+            high = int(min(bounds.get(i, 1), np.iinfo(npd).max))
+            if high > 1:
+                out.append(np.random.default_rng([seed, i]).integers(0, high, size=shape, dtype=npd))
+            else:
+                out.append(np.zeros(shape, npd))
         else:
             out.append(rng.standard_normal(shape).astype(npd))
     return out
@@ -216,7 +318,8 @@ def verify_numerics(
         ``shardy-propagate``: its explicit collectives are dropped before XLA compiles
         it (XLA's import rejects them), so XLA partitions between Shardy's op shardings.
       num_devices: virtual CPU devices to shard over; must equal the mesh's size.
-      seed: seeds the random inputs.
+      seed: seeds the random inputs (``random_inputs``: integer arguments that index a
+        table are drawn within it, ``index_bounds`` of ``module_text``).
       rtol, atol: override the dtype's tolerance (``TOLERANCES``) for every output.
       reference: unsharded module text to compare against; by default the same
         module with its shardings stripped (``ir.strip_sharding``).
@@ -234,8 +337,8 @@ def verify_numerics(
                 f"but num_devices={num_devices}"
             )
     ref_text = reference if reference is not None else ir.strip_sharding(module_text)
+    args = list(inputs) if inputs is not None else random_inputs(arg_types, seed, index_bounds(module_text))
     module_text = _xla_ready(module_text)
-    args = list(inputs) if inputs is not None else random_inputs(arg_types, seed)
     if len(args) != len(arg_types):
         raise UserError(f"verify: {len(args)} inputs for {len(arg_types)} arguments")
     out_shapes = [s for s, _ in result_types]
