@@ -1,19 +1,50 @@
 """``shardy-propagate``: run real Shardy propagation and make collectives explicit.
 
-Runs, in jaxlib's in-process Shardy (references/toolchain.md)::
+Two pipelines, both run by jaxlib's in-process Shardy (references/toolchain.md):
+
+``tt-mlir`` (default): the sharding steps of tt-mlir's ``stablehlo-pipeline``
+(tt-mlir ``lib/Dialect/StableHLO/Pipelines/StableHLOPipelines.cpp``,
+``createStableHLOPipeline``) that jaxlib can run, in tt-mlir's order::
+
+    inline-calls,                             # tt-mlir's inline (passes/inline_calls.py)
+    sdy-constant-or-scalar-splitter,          # stands in for tt-mlir's decouple-const-fanout
+    sdy-apply-sharding-constraints,
+    sdy-user-priority-propagate{conservative-propagation=true},
+    func.func(sdy-sharding-constraint-to-reshard),
+    func.func(sdy-insert-explicit-reshards{enable-full-version=true}),
+    cse,                                      # one reshard per value (see below)
+    func.func(sdy-reshard-to-collectives),
+    canonicalize{enable-patterns=sdy-collective},  # ShardyCCLCanonicalization
+    sdy-close-shardings
+    + identical collectives merged            # the rest of TTIR's cse (below)
+    + dead collectives erased                 # ShardyCCLCanonicalization's clean-up
+
+Shardy inserts one ``sdy.reshard`` per *use*: a value four consumers need gathered gets
+four identical reshards. tt-mlir merges the identical collectives with the ``cse`` it
+runs right after lowering to TTIR (``lib/Dialect/TTIR/Pipelines/TTIRPipelines.cpp``:
+TTIR CCL ops are Pure; the sdy collectives are not, so ``cse`` runs on the Pure
+``sdy.reshard`` ops before they become collectives, and the collectives Shardy creates
+directly, such as the ``all_reduce`` of a partial sum, are merged here when they are
+the same op on the same value). ShardyCCLCanonicalization
+(tt-mlir ``lib/Dialect/StableHLO/Transforms/ShardyCCLCanonicalization.cpp``, tt-mlir
+PR 6843 and #7786) applies Shardy's own collective canonicalizations: an
+``all_reduce`` whose users all ``all_slice`` the reduced axes becomes one
+``reduce_scatter``, an ``all_slice`` of an ``all_gather`` on the same axes cancels,
+empty collectives vanish; then it erases collectives nothing uses. The tt-mlir steps
+jaxlib cannot run are listed in docs/costmodel.md ("Propagation").
+
+``sdy``: Shardy's own pipelines, as shard-opt ran before::
 
     sdy-propagation-pipeline,
     sdy-export-pipeline{enable-insert-explicit-collectives=true}
 
-after which every reshard is an ``sdy.all_reduce`` / ``all_gather`` / ``all_slice`` /
-``reduce_scatter`` / ``all_to_all`` / ``collective_permute`` with its tensor type, the
-same step tt-mlir's StableHLO pipeline takes (InsertExplicitReshards then
-ReshardToCollectives; references/tenstorrent.md section 5).
+After either, every reshard is an ``sdy.all_reduce`` / ``all_gather`` / ``all_slice`` /
+``reduce_scatter`` / ``all_to_all`` / ``collective_permute`` with its tensor type.
 
 Options:
-  propagation: the propagation pass to run (``sdy-propagation-pipeline`` by default;
-    ``sdy-user-priority-propagate`` and the basic/aggressive variants work too).
-  explicit-collectives: insert the collectives (default true).
+  pipeline: ``tt-mlir`` (default) or ``sdy`` (see above).
+  explicit-collectives: insert the collectives (default true); false stops after
+    propagation (the search's probes read only the propagated argument shardings).
   guard-opaque-ops: before propagating, constrain the operands of ops Shardy has no
     sharding rule for (custom calls, ``chlo.top_k``) to replicated with
     ``sdy.sharding_constraint`` (default true). Shardy otherwise lets a split value flow
@@ -37,6 +68,7 @@ from dataclasses import dataclass
 from shard_opt import ir
 from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
+from shard_opt.passes.inline_calls import inline_calls
 from shard_opt.sharding import TensorSharding
 
 
@@ -45,7 +77,7 @@ class ShardyPropagate(ModulePass):
     name = "shardy-propagate"
     summary = "Run Shardy propagation and insert explicit collectives"
 
-    propagation: str = "sdy-propagation-pipeline"
+    pipeline: str = "tt-mlir"
     explicit_collectives: bool = True
     guard_opaque_ops: bool = True
     guard_moved_dims: bool = True
@@ -55,12 +87,84 @@ class ShardyPropagate(ModulePass):
         if not any(op.operation.name == "func.func" for op in module.body.operations):
             # Shardy aborts the process (a failed CHECK, not an error) on a module without functions
             raise UserError("shardy-propagate: the module has no func.func; give a module with a @main function")
+        if self.pipeline not in PIPELINES:
+            raise UserError(f"shardy-propagate: unknown pipeline {self.pipeline!r}; use one of "
+                            f"{', '.join(PIPELINES)}")
         insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims)
-        export = "sdy-export-pipeline"
-        if self.explicit_collectives:
-            export += "{enable-insert-explicit-collectives=true}"
-        ir.run_pipeline(module, f"builtin.module({self.propagation}, {export})", name=self.name,
+        propagate, export = PIPELINES[self.pipeline]
+        if self.pipeline == "tt-mlir":
+            inline_calls(module)
+        if not self.explicit_collectives:
+            export = () if self.pipeline == "tt-mlir" else ("sdy-export-pipeline",)
+        ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, *export)) + ")", name=self.name,
                         verify=self.verify)
+        if self.pipeline == "tt-mlir" and self.explicit_collectives:
+            merge_identical_collectives(module)
+            erase_dead_collectives(module)
+
+
+# pipeline -> (propagation passes, passes that make the collectives explicit)
+PIPELINES = {
+    "tt-mlir": (
+        ("sdy-constant-or-scalar-splitter", "sdy-apply-sharding-constraints",
+         "sdy-user-priority-propagate{conservative-propagation=true}"),
+        ("func.func(sdy-sharding-constraint-to-reshard)",
+         "func.func(sdy-insert-explicit-reshards{enable-full-version=true})",
+         "cse",
+         "func.func(sdy-reshard-to-collectives)",
+         "canonicalize{enable-patterns=sdy-collective}",
+         "sdy-close-shardings"),
+    ),
+    "sdy": (("sdy-propagation-pipeline",), ("sdy-export-pipeline{enable-insert-explicit-collectives=true}",)),
+}
+
+COLLECTIVE_OPS = ("sdy.all_reduce", "sdy.all_gather", "sdy.all_slice", "sdy.reduce_scatter", "sdy.all_to_all",
+                  "sdy.collective_permute")
+
+
+def merge_identical_collectives(module) -> int:
+    """Merge collectives that are the same op, with the same attributes, on the same value
+    in the same block (what TTIR's ``cse`` does to the Pure TTIR CCLs); returns how many
+    went. The first one dominates the others: ops of one block run in order."""
+    merged = 0
+    with module.context:
+        for op in ir.walk_ops(module.operation):
+            for region in op.regions:
+                for block in region.blocks:
+                    first = {}
+                    for child in list(block.operations):
+                        if child.operation.name not in COLLECTIVE_OPS:
+                            continue
+                        key = (child.operation.name, child.operands[0], _attr_text(child))
+                        if key in first:
+                            child.results[0].replace_all_uses_with(first[key].results[0])
+                            child.operation.erase()
+                            merged += 1
+                        else:
+                            first[key] = child
+    return merged
+
+
+def _attr_text(op) -> str:
+    attrs = op.operation.attributes
+    return ";".join(sorted(f"{attrs[i].name}={attrs[i].attr}" for i in range(len(attrs))))
+
+
+def erase_dead_collectives(module) -> int:
+    """Erase collectives whose result nothing uses (ShardyCCLCanonicalization's clean-up:
+    a canonicalization can leave, say, the all_reduce of an argmax's unused max value);
+    returns how many went."""
+    erased = 0
+    with module.context:
+        changed = True
+        while changed:
+            changed = False
+            for op in list(ir.walk_ops(module.operation)):
+                if op.operation.name in COLLECTIVE_OPS and not any(True for _ in op.results[0].uses):
+                    op.operation.erase()
+                    erased += 1
+                    changed = True
+    return erased
 
 
 def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -> None:

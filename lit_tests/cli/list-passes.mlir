@@ -10,6 +10,7 @@
 // CHECK-NEXT: {{^  }}apply-constraints {{ +}}Constrain the sharding of intermediate values
 // CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
+// CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
 // CHECK-NOT: {{.}}
 

@@ -28,13 +28,17 @@ module {
 // -----
 
 // Both weights column-parallel: Shardy does not gather the intermediate; it moves the
-// second weight to row-parallel with an all_to_all, then all_reduces as above.
-// CHECK: module attributes {shard_opt.ccl_bytes = 49152 : i64, shard_opt.ccl_count = 2 : i64}
+// second weight to row-parallel with an all_to_all. tt-mlir's conservative propagation
+// then reduce-scatters the partial sums onto the output's features and gathers them
+// for the replicated result (the same bytes as one all_reduce, one more collective).
+// CHECK: module attributes {shard_opt.ccl_bytes = 57344 : i64, shard_opt.ccl_count = 3 : i64}
 // CHECK-LABEL: func.func @column_then_column
 // CHECK: sdy.all_to_all [{"model"}: 0->1] %arg1 out_sharding=<@mesh, [{}, {"model"}]>
 // CHECK-SAME: {shard_opt.bytes_per_device = 16384 : i64, shard_opt.group_size = 4 : i64} : tensor<64x256xf32>
-// CHECK: sdy.all_reduce {"model"}
+// CHECK: sdy.reduce_scatter [{}, {"model"}]
 // CHECK-SAME: {shard_opt.bytes_per_device = 32768 : i64, shard_opt.group_size = 4 : i64} : tensor<128x64xf32>
+// CHECK: sdy.all_gather [{}, {"model"}]
+// CHECK-SAME: {shard_opt.bytes_per_device = 8192 : i64, shard_opt.group_size = 4 : i64} : tensor<128x64xf32>
 // CHECK-NOT: sdy.all_
 // CHECK: // -----
 

@@ -1,5 +1,7 @@
 // RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(shardy-propagate)' | FileCheck %s
 // RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(shardy-propagate{guard-moved-dims=false})' | FileCheck %s --check-prefix=UNGUARDED
+// Shardy's own pipelines (the previous default) reshard once per use:
+// RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(shardy-propagate{pipeline=sdy})' | FileCheck %s --check-prefix=SDY
 
 // Megatron column -> row (Megatron-LM section 3): the intermediate stays split, the
 // second matmul leaves partial sums, one all_reduce on "model" makes them whole.
@@ -52,5 +54,45 @@ module {
   func.func @packed_slice(%arg0: tensor<8x48xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) -> (tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {
     %0 = stablehlo.slice %arg0 [0:8, 0:16] : (tensor<8x48xf32>) -> tensor<8x16xf32>
     return %0 : tensor<8x16xf32>
+  }
+}
+
+// -----
+
+// One reshard per value, as tt-mlir runs it. Shardy inserts a reshard of %x for each of
+// its three consumers; tt-mlir's cse (on TTIR, where CCLs are Pure) keeps one all_gather.
+// CHECK-LABEL: func.func @three_consumers
+// CHECK: %[[X:.*]] = sdy.all_gather [{}, {"model"}] %arg0 out_sharding=<@mesh, [{}, {}]> : tensor<128x64xf32>
+// CHECK-NOT: sdy.all_gather
+// CHECK-COUNT-3: stablehlo.dot_general %[[X]], %{{.*}}
+// CHECK-NOT: sdy.all_gather
+// Shardy's own export prices the same gather three times.
+// SDY-LABEL: func.func @three_consumers
+// SDY-COUNT-3: sdy.all_gather [{}, {"model"}] %arg0
+module {
+  sdy.mesh @mesh = <["batch"=2, "model"=4]>
+  func.func @three_consumers(%x: tensor<128x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %w1: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %w2: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %w3: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) -> (tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {
+    %0 = stablehlo.dot_general %x, %w1, contracting_dims = [1] x [0] : (tensor<128x64xf32>, tensor<64x256xf32>) -> tensor<128x256xf32>
+    %1 = stablehlo.dot_general %x, %w2, contracting_dims = [1] x [0] : (tensor<128x64xf32>, tensor<64x256xf32>) -> tensor<128x256xf32>
+    %2 = stablehlo.dot_general %x, %w3, contracting_dims = [1] x [0] : (tensor<128x64xf32>, tensor<64x256xf32>) -> tensor<128x256xf32>
+    return %0, %1, %2 : tensor<128x256xf32>, tensor<128x256xf32>, tensor<128x256xf32>
+  }
+}
+
+// -----
+
+// ShardyCCLCanonicalization (tt-mlir PR 6843): a row-parallel result kept split on its
+// features is reduce-scattered: Shardy's all_reduce of the partial sums followed by an
+// all_slice of the same axis becomes one reduce_scatter (half the bytes of the pair).
+// CHECK-LABEL: func.func @row_parallel_kept_split
+// CHECK-NOT: sdy.all_reduce
+// CHECK-NOT: sdy.all_slice
+// CHECK: sdy.reduce_scatter [{}, {"model"}] %{{.*}} out_sharding=<@mesh, [{}, {"model"}]> : tensor<128x64xf32>
+// CHECK-NOT: sdy.all_
+module {
+  sdy.mesh @mesh = <["batch"=2, "model"=4]>
+  func.func @row_parallel_kept_split(%x: tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}, %w: tensor<256x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}) -> (tensor<128x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<128x256xf32>, tensor<256x64xf32>) -> tensor<128x64xf32>
+    return %0 : tensor<128x64xf32>
   }
 }

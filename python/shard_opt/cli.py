@@ -25,7 +25,7 @@ LONG_FLAGS = (
     "mesh", "devices", "system", "axis-names", "plan-json", "report", "emit-torch", "emit-lit-test",
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
-    "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet",
+    "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
 )
 
 
@@ -58,6 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--phase", choices=["prefill", "decode"], default="prefill")
     p.add_argument("--dtype", choices=["bf16", "f32", "f16"], default="bf16", help="dtype of load scripts and zoo models")
     p.add_argument("--cost-model", default="tenstorrent", metavar="NAME")
+    p.add_argument("--propagation", choices=["tt-mlir", "sdy"], default="tt-mlir",
+                   help="how Shardy runs: tt-mlir's stablehlo-pipeline steps (default) or Shardy's own "
+                        "sdy-propagation-pipeline + export (docs/costmodel.md)")
     p.add_argument("--describe", action="store_true", help="print the architecture map and exit")
     p.add_argument("--in-place", action="store_true", help="let --emit-torch overwrite the input script")
     p.add_argument("--pass-pipeline", metavar="PIPELINE",
@@ -211,7 +214,8 @@ def _run(argv: list[str]) -> int:
     from shard_opt.driver import Options, evaluate_existing, optimize
 
     opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
-                   allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet)
+                   allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet,
+                   propagation=ns.propagation)
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")

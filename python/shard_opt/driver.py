@@ -38,9 +38,14 @@ class Options:
     cost_model: str = "tenstorrent"
     parallelism: tuple[str, ...] = PARALLELISM
     allow_collective_permute: bool = False
+    propagation: str = "tt-mlir"  # shardy-propagate's pipeline (tt-mlir's, or Shardy's own "sdy")
     progress: bool = True
     baselines: bool = True
     stream: object = None
+
+    def setting(self) -> dict:
+        """The ``Evaluator`` options these options imply."""
+        return {"pipeline": self.propagation}
 
 
 @dataclass
@@ -82,7 +87,8 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
     stream = opts.stream or sys.stderr
     progress = Progress(model.name, stream, enabled=opts.progress)
-    scorer = make_scorer(model, mesh, system, cm)
+    setting = opts.setting()
+    scorer = make_scorer(model, mesh, system, cm, **setting)
     mega = megatron_shardings(model, mesh)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model))
     seeds = [assignment_of(groups, mega)]
@@ -119,7 +125,7 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
         assignment, score = alt, alt_score
 
-    final = final_evaluation(model, mesh, system, cm, groups, assignment)
+    final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
     group_info = _group_info(groups, assignment, result)
     rejected = [
         {"label": label, **score_dict(s), "arguments_changed": changed}
@@ -134,6 +140,7 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
                 "constraint_sites": sum(1 for g in groups if g.by == "site")},
         memory_fallback=fallback, scored=score,
     )
+    plan["propagation"] = opts.propagation
     constraints = constraints_for(groups, assignment)
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
@@ -241,7 +248,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
     existing = analysis.arg_shardings(ir.main_func(module))
     shardings = {i: s for i, s in enumerate(existing) if s is not None}
-    ev = Evaluator(model, mesh, system, cm)
+    ev = Evaluator(model, mesh, system, cm, **opts.setting())
     final = ev.run(shardings, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
+    plan["propagation"] = opts.propagation
     return Outcome(plan, annotate(model, mesh, shardings), final.text, model)

@@ -126,12 +126,13 @@ class Evaluator:
     """
 
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
-                 result_shardings: dict | None = None):
+                 result_shardings: dict | None = None, pipeline: str = "tt-mlir"):
         self.model = model
         self.mesh = mesh
         self.system = system
         self.cost_model = cost_model
         self.result_shardings = result_shardings or {}
+        self.pipeline = pipeline  # shardy-propagate's pipeline: "tt-mlir" or "sdy"
         self.facts_memo: dict[tuple, ModuleFacts] = {}
         self.memo: dict[tuple, Score] = {}
         self.stats = {"evaluations": 0, "seconds": 0.0}  # in this process, shared by views
@@ -146,7 +147,7 @@ class Evaluator:
     def spec(self) -> tuple:
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
         return (self.uid, self.model.name, self.model.text, self.model.arguments, self.mesh,
-                self.system, self.cost_model, self.result_shardings)
+                self.system, self.cost_model, self.result_shardings, self.pipeline)
 
     @property
     def seconds_each(self) -> float | None:
@@ -167,7 +168,7 @@ class Evaluator:
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         # candidates that are only priced skip the IR verifier; a kept IR is verified
-        module, ctx = self._run_passes(shardings, [ShardyPropagate(verify=keep_ir),
+        module, ctx = self._run_passes(shardings, [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir),
                                                    CollectCollectives(annotate=keep_ir)], constraints)
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
@@ -237,8 +238,9 @@ class Evaluator:
         members = group_members(self.model)
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
         constraints = {groups[gi].role: groups[gi].options[option]} if groups[gi].by == "site" else {}
-        module, _ = self._run_passes(shardings, [ShardyPropagate(explicit_collectives=False, verify=False)],
-                                     constraints)
+        module, _ = self._run_passes(
+            shardings, [ShardyPropagate(pipeline=self.pipeline, explicit_collectives=False, verify=False)],
+            constraints)
         found = arg_shardings(ir.main_func(module))
         follows = {}
         for gj, g in enumerate(groups):

@@ -109,6 +109,7 @@ _BUILTIN_PASSES = {
     "add-mesh": "shard_opt.passes.add_mesh:AddMesh",
     "apply-shardings": "shard_opt.passes.apply_shardings:ApplyShardings",
     "apply-constraints": "shard_opt.passes.apply_constraints:ApplyConstraints",
+    "inline-calls": "shard_opt.passes.inline_calls:InlineCalls",
     "shardy-propagate": "shard_opt.passes.shardy_propagate:ShardyPropagate",
     "collect-collectives": "shard_opt.passes.collect_collectives:CollectCollectives",
     "annotate-costs": "shard_opt.passes.annotate_costs:AnnotateCosts",

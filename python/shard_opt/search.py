@@ -242,16 +242,17 @@ def _local_search(best, moves, groups, scorer, score, score_all, tick, screened:
     return best
 
 
-def make_scorer(model: LoweredModel, mesh: Mesh, system, cost_model):
-    """An evaluator for ``model``: layered (1 + 2 layers) when the model can re-lower."""
+def make_scorer(model: LoweredModel, mesh: Mesh, system, cost_model, **setting):
+    """An evaluator for ``model``: layered (1 + 2 layers) when the model can re-lower.
+    ``setting``: the ``Evaluator`` options (``pipeline``...)."""
     layers = model.num_layers or 0
     if model.with_layers is not None and layers > 2:
         return LayeredEvaluator(
-            Evaluator(model.with_layers(1), mesh, system, cost_model),
-            Evaluator(model.with_layers(2), mesh, system, cost_model),
+            Evaluator(model.with_layers(1), mesh, system, cost_model, **setting),
+            Evaluator(model.with_layers(2), mesh, system, cost_model, **setting),
             layers,
         )
-    return Evaluator(model, mesh, system, cost_model)
+    return Evaluator(model, mesh, system, cost_model, **setting)
 
 
 def conv_weight_indices(model: LoweredModel) -> set[int]:
@@ -275,8 +276,8 @@ def assignment_of(groups: list[Group], shardings: dict[int, TensorSharding]) -> 
 
 
 def final_evaluation(model: LoweredModel, mesh: Mesh, system, cost_model,
-                     groups: list[Group], assignment: tuple[int, ...]) -> Evaluation:
+                     groups: list[Group], assignment: tuple[int, ...], **setting) -> Evaluation:
     """Evaluate the chosen plan on the whole model, keeping the propagated IR."""
-    ev = Evaluator(model, mesh, system, cost_model)
+    ev = Evaluator(model, mesh, system, cost_model, **setting)
     return ev.run(shardings_for(model, groups, assignment), constraints=constraints_for(groups, assignment),
                   keep_ir=True)
