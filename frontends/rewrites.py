@@ -380,6 +380,16 @@ def _narrowed(t):
     return None
 
 
+def _to_f32(values):
+    """f64 values as f32; finite ones beyond f32's range become its largest finite value
+    (an f64 ``finfo.min`` mask fill stays a very negative number, not -inf, which turns
+    ``-inf * 0`` and all-masked softmax rows into NaN); inf and NaN stay."""
+    a = np.asarray(values, dtype=np.float64)
+    big = float(np.finfo(np.float32).max)
+    a = np.where(np.isfinite(a), np.clip(a, -big, big), a)
+    return a.astype(np.float32)
+
+
 def narrow_f64(module, *, where: str) -> int:
     """Retype every ``f64`` value, constant and function signature to ``f32``; returns how many values.
 
@@ -393,14 +403,21 @@ def narrow_f64(module, *, where: str) -> int:
     runs: LayerNorm statistics that torch-mlir's decompositions compute in f64 (and its
     ``dense<1.0e-05> : tensor<1xf64>`` literals) are f32 sums, 4 bytes an element.
 
-    ``i64`` stays. A ``stablehlo.convert`` that becomes f32 -> f32 is dropped. The module
-    is verified afterwards; any f64 left (in a type this does not know) is an error.
+    ``i64`` stays. A literal beyond f32's range is clamped to it (``_to_f32``; tt-mlir's
+    ``static_cast<float>`` would make it inf). A ``stablehlo.convert`` to or from f64
+    that becomes f32 -> f32 is dropped (torch-mlir's own f32 -> f32 converts are left as
+    they are). The module is verified afterwards; any f64 left (in a type this does not
+    know) is an error.
     """
     irm = ir.ir()
     f32 = irm.F32Type.get
     count = 0
     with module.context, irm.Location.unknown():
-        for op in list(ir.walk_ops(module.operation)):
+        ops = list(ir.walk_ops(module.operation))
+        # converts to or from f64: the ones narrowing turns into f32 -> f32
+        f64_converts = [op.operation for op in ops if op.operation.name == "stablehlo.convert" and any(
+            _narrowed(v.type) is not None for v in list(op.operation.operands) + list(op.operation.results))]
+        for op in ops:
             o = op.operation
             for region in o.regions:
                 for block in region.blocks:
@@ -424,17 +441,16 @@ def narrow_f64(module, *, where: str) -> int:
                 if isinstance(value, irm.DenseElementsAttr) and isinstance(value.type.element_type, irm.F64Type):
                     ttype = _narrowed(value.type)
                     if value.is_splat:
-                        scalar = irm.FloatAttr(value.get_splat_value()).value
+                        scalar = float(_to_f32(irm.FloatAttr(value.get_splat_value()).value))
                         new = irm.DenseElementsAttr.get_splat(ttype, irm.FloatAttr.get(f32(), scalar))
                     else:
-                        new = irm.DenseElementsAttr.get(np.asarray(value).astype(np.float32), type=f32(),
+                        new = irm.DenseElementsAttr.get(_to_f32(np.asarray(value)), type=f32(),
                                                         shape=list(ttype.shape))
                     o.attributes["value"] = new
                 elif isinstance(value, irm.FloatAttr) and isinstance(value.type, irm.F64Type):
-                    o.attributes["value"] = irm.FloatAttr.get(f32(), value.value)
-        for op in list(ir.walk_ops(module.operation)):
-            o = op.operation
-            if o.name == "stablehlo.convert" and o.operands[0].type == o.results[0].type:
+                    o.attributes["value"] = irm.FloatAttr.get(f32(), float(_to_f32(value.value)))
+        for o in f64_converts:
+            if o.operands[0].type == o.results[0].type:
                 o.results[0].replace_all_uses_with(o.operands[0])
                 o.erase()
         for op in ir.walk_ops(module.operation):

@@ -244,3 +244,36 @@ def test_layernorm_lowers_without_f64_and_verifies_on_8_devices(tmp_path, run_cl
     assert code == 0, err
     assert "numerics PASS" in err
     assert "f64" not in out
+
+
+F64_MODULE = """module {
+  func.func @main(%arg0: tensor<4xf32>) -> tensor<f32> {
+    %0 = stablehlo.constant dense<-1.7976931348623157E+308> : tensor<4xf64>
+    %1 = stablehlo.constant dense<[1.0, 2.0, 3.0, 0.5]> : tensor<4xf64>
+    %z = stablehlo.constant dense<0.0> : tensor<f64>
+    %a = stablehlo.convert %arg0 : tensor<4xf32>
+    %2 = stablehlo.convert %a : (tensor<4xf32>) -> tensor<4xf64>
+    %3 = stablehlo.add %2, %1 : tensor<4xf64>
+    %4 = stablehlo.maximum %3, %0 : tensor<4xf64>
+    %5 = stablehlo.reduce(%4 init: %z) applies stablehlo.add across dimensions = [0] : (tensor<4xf64>, tensor<f64>) -> tensor<f64>
+    %6 = stablehlo.convert %5 : (tensor<f64>) -> tensor<f32>
+    return %6 : tensor<f32>
+  }
+}
+"""
+
+
+def test_narrowing_retypes_constants_bodies_and_drops_only_the_f64_converts():
+    import numpy as np
+
+    from shard_opt.frontends.rewrites import after_lowering
+
+    out, notes = after_lowering(F64_MODULE, where="<t>")
+    assert "f64" not in out and notes and notes[0].startswith("f64 -> f32")
+    assert "dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 5.000000e-01]> : tensor<4xf32>" in out
+    assert "dense<-3.40282347E+38> : tensor<4xf32>" in out  # f64's min is f32's min, not -inf
+    assert "(tensor<4xf32>, tensor<f32>) -> tensor<f32>" in out  # the reduce and its body
+    assert out.count("stablehlo.convert") == 1  # the f32 -> f32 convert torch-mlir wrote stays
+    x = np.array([1.0, -2.0, 0.5, 4.0], np.float32)
+    (pieces,) = ir.xla_execute(ir.xla_compile(out, 1, shardy=False), [x])
+    assert float(pieces[0][1]) == float(np.sum(x + [1.0, 2.0, 3.0, 0.5]))
