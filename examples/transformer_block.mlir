@@ -24,11 +24,11 @@ module {
     %cst_5 = stablehlo.constant dense<0xFF800000> : tensor<f32>
     %cst_6 = arith.constant dense<2> : tensor<1xi64>
     %cst_7 = arith.constant dense<1024> : tensor<1xi64>
-    %cst_8 = arith.constant dense<1.000000e-05> : tensor<1xf64>
+    %cst_8 = arith.constant dense<9.99999974E-6> : tensor<1xf32>
     %cst_9 = arith.constant dense<0> : tensor<1xi64>
     %cst_10 = arith.constant dense<128> : tensor<1xi64>
     %cst_11 = arith.constant dense<1> : tensor<1xi64>
-    %cst_12 = arith.constant dense<11.313708498984761> : tensor<1xf64>
+    %cst_12 = arith.constant dense<11.3137083> : tensor<1xf32>
     %0 = stablehlo.convert %cst_6 : (tensor<1xi64>) -> tensor<1xf32>
     %1 = stablehlo.reshape %0 : (tensor<1xf32>) -> tensor<f32>
     %2 = stablehlo.broadcast_in_dim %1, dims = [] : (tensor<f32>) -> tensor<1x128x1024xf32>
@@ -39,150 +39,146 @@ module {
     %7 = stablehlo.reshape %6 : (tensor<1xf32>) -> tensor<f32>
     %8 = stablehlo.broadcast_in_dim %7, dims = [] : (tensor<f32>) -> tensor<1x128x1xf32>
     %9 = stablehlo.divide %5, %8 : tensor<1x128x1xf32>
-    %10 = stablehlo.convert %cst_8 : (tensor<1xf64>) -> tensor<1xf32>
-    %11 = stablehlo.reshape %10 : (tensor<1xf32>) -> tensor<f32>
-    %12 = stablehlo.broadcast_in_dim %11, dims = [] : (tensor<f32>) -> tensor<1x128x1xf32>
-    %13 = stablehlo.add %9, %12 : tensor<1x128x1xf32>
-    %14 = stablehlo.rsqrt %13 : tensor<1x128x1xf32>
-    %15 = stablehlo.broadcast_in_dim %14, dims = [0, 1, 2] : (tensor<1x128x1xf32>) -> tensor<1x128x1024xf32>
-    %16 = stablehlo.multiply %arg10, %15 : tensor<1x128x1024xf32>
-    %17 = stablehlo.broadcast_in_dim %arg0, dims = [2] : (tensor<1024xf32>) -> tensor<1x128x1024xf32>
-    %18 = stablehlo.multiply %16, %17 : tensor<1x128x1024xf32>
-    %19 = stablehlo.transpose %arg1, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
-    %20 = stablehlo.reshape %18 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
-    %21 = stablehlo.dot_general %20, %19, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
-    %22 = stablehlo.reshape %21 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
-    %23 = stablehlo.reshape %22 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
-    %24 = stablehlo.transpose %23, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
-    %25 = stablehlo.transpose %arg2, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
-    %26 = stablehlo.dot_general %20, %25, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
-    %27 = stablehlo.reshape %26 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
-    %28 = stablehlo.reshape %27 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
-    %29 = stablehlo.transpose %28, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
-    %30 = stablehlo.transpose %arg3, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
-    %31 = stablehlo.dot_general %20, %30, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
-    %32 = stablehlo.reshape %31 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
-    %33 = stablehlo.reshape %32 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
-    %34 = stablehlo.transpose %33, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
-    %35 = stablehlo.convert %cst_9 : (tensor<1xi64>) -> tensor<1xf32>
-    %36 = stablehlo.reshape %35 : (tensor<1xf32>) -> tensor<f32>
-    %37 = stablehlo.convert %cst_10 : (tensor<1xi64>) -> tensor<1xf32>
-    %38 = stablehlo.reshape %37 : (tensor<1xf32>) -> tensor<f32>
-    %39 = stablehlo.convert %cst_11 : (tensor<1xi64>) -> tensor<1xf32>
-    %40 = stablehlo.reshape %39 : (tensor<1xf32>) -> tensor<f32>
-    %41 = stablehlo.subtract %38, %36 : tensor<f32>
-    %42 = stablehlo.convert %40 : (tensor<f32>) -> tensor<f64>
-    %43 = stablehlo.convert %41 : (tensor<f32>) -> tensor<f64>
-    %44 = stablehlo.divide %43, %42 : tensor<f64>
-    %45 = stablehlo.ceil %44 : tensor<f64>
-    %46 = stablehlo.convert %45 : (tensor<f64>) -> tensor<i64>
-    %47 = stablehlo.reshape %46 : (tensor<i64>) -> tensor<1xi64>
-    %48 = stablehlo.dynamic_iota %47, dim = 0 : (tensor<1xi64>) -> tensor<128xf32>
-    %49 = stablehlo.broadcast_in_dim %40, dims = [] : (tensor<f32>) -> tensor<128xf32>
-    %50 = stablehlo.multiply %48, %49 : tensor<128xf32>
-    %51 = stablehlo.broadcast_in_dim %36, dims = [] : (tensor<f32>) -> tensor<128xf32>
-    %52 = stablehlo.add %50, %51 : tensor<128xf32>
-    %53 = stablehlo.reshape %52 : (tensor<128xf32>) -> tensor<128x1xf32>
-    %54 = stablehlo.reshape %arg9 : (tensor<64xf32>) -> tensor<1x64xf32>
-    %55 = stablehlo.broadcast_in_dim %53, dims = [0, 1] : (tensor<128x1xf32>) -> tensor<128x64xf32>
-    %56 = stablehlo.broadcast_in_dim %54, dims = [0, 1] : (tensor<1x64xf32>) -> tensor<128x64xf32>
-    %57 = stablehlo.multiply %55, %56 : tensor<128x64xf32>
-    %58 = stablehlo.concatenate %57, %57, dim = 1 : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x128xf32>
-    %59 = stablehlo.cosine %58 : tensor<128x128xf32>
-    %60 = stablehlo.sine %58 : tensor<128x128xf32>
-    %61 = stablehlo.broadcast_in_dim %59, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
-    %62 = stablehlo.multiply %24, %61 : tensor<1x8x128x128xf32>
-    %63 = stablehlo.slice %24 [0:1, 0:8, 0:128, 0:64] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
-    %64 = stablehlo.slice %24 [0:1, 0:8, 0:128, 64:128] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
-    %65 = stablehlo.negate %64 : tensor<1x8x128x64xf32>
-    %66 = stablehlo.concatenate %65, %63, dim = 3 : (tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32>) -> tensor<1x8x128x128xf32>
-    %67 = stablehlo.broadcast_in_dim %60, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
-    %68 = stablehlo.multiply %66, %67 : tensor<1x8x128x128xf32>
-    %69 = stablehlo.add %62, %68 : tensor<1x8x128x128xf32>
-    %70 = stablehlo.multiply %29, %61 : tensor<1x8x128x128xf32>
-    %71 = stablehlo.slice %29 [0:1, 0:8, 0:128, 0:64] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
-    %72 = stablehlo.slice %29 [0:1, 0:8, 0:128, 64:128] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
-    %73 = stablehlo.negate %72 : tensor<1x8x128x64xf32>
-    %74 = stablehlo.concatenate %73, %71, dim = 3 : (tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32>) -> tensor<1x8x128x128xf32>
-    %75 = stablehlo.multiply %74, %67 : tensor<1x8x128x128xf32>
-    %76 = stablehlo.add %70, %75 : tensor<1x8x128x128xf32>
-    %77 = stablehlo.transpose %76, dims = [0, 1, 3, 2] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x128xf32>
-    %78 = stablehlo.reshape %69 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
-    %79 = stablehlo.reshape %77 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
-    %80 = stablehlo.broadcast_in_dim %79, dims = [0, 1, 2] : (tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
-    %81 = stablehlo.dot_general %78, %80, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x128x128xf32>, tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
-    %82 = stablehlo.reshape %81 : (tensor<8x128x128xf32>) -> tensor<1x8x128x128xf32>
-    %83 = stablehlo.convert %cst_12 : (tensor<1xf64>) -> tensor<1xf32>
-    %84 = stablehlo.reshape %83 : (tensor<1xf32>) -> tensor<f32>
-    %85 = stablehlo.broadcast_in_dim %84, dims = [] : (tensor<f32>) -> tensor<1x8x128x128xf32>
-    %86 = stablehlo.divide %82, %85 : tensor<1x8x128x128xf32>
-    %87 = stablehlo.convert %c_3 : (tensor<i64>) -> tensor<f64>
-    %88 = stablehlo.convert %c_2 : (tensor<i64>) -> tensor<f64>
-    %89 = stablehlo.divide %88, %87 : tensor<f64>
-    %90 = stablehlo.ceil %89 : tensor<f64>
-    %91 = stablehlo.convert %90 : (tensor<f64>) -> tensor<i64>
-    %92 = stablehlo.reshape %91 : (tensor<i64>) -> tensor<1xi64>
-    %93 = stablehlo.dynamic_iota %92, dim = 0 : (tensor<1xi64>) -> tensor<128xi64>
-    %94 = stablehlo.multiply %93, %c_1 : tensor<128xi64>
-    %95 = stablehlo.add %94, %c_0 : tensor<128xi64>
-    %96 = stablehlo.reshape %95 : (tensor<128xi64>) -> tensor<1x128xi64>
-    %97 = stablehlo.reshape %95 : (tensor<128xi64>) -> tensor<128x1xi64>
-    %98 = stablehlo.broadcast_in_dim %96, dims = [0, 1] : (tensor<1x128xi64>) -> tensor<128x128xi64>
-    %99 = stablehlo.broadcast_in_dim %97, dims = [0, 1] : (tensor<128x1xi64>) -> tensor<128x128xi64>
-    %100 = stablehlo.subtract %98, %99 : tensor<128x128xi64>
-    %101 = stablehlo.compare GE, %100, %c, SIGNED : (tensor<128x128xi64>, tensor<128x128xi64>) -> tensor<128x128xi1>
-    %102 = stablehlo.broadcast_in_dim %101, dims = [0, 1] : (tensor<128x128xi1>) -> tensor<128x128xi1>
-    %103 = stablehlo.broadcast_in_dim %cst_4, dims = [0, 1] : (tensor<128x128xf32>) -> tensor<128x128xf32>
-    %104 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<128x128xf32>
-    %105 = stablehlo.select %102, %103, %104 : tensor<128x128xi1>, tensor<128x128xf32>
-    %106 = stablehlo.broadcast_in_dim %105, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
-    %107 = stablehlo.add %86, %106 : tensor<1x8x128x128xf32>
-    %108 = stablehlo.reduce(%107 init: %cst_5) applies stablehlo.maximum across dimensions = [3] : (tensor<1x8x128x128xf32>, tensor<f32>) -> tensor<1x8x128xf32>
-    %109 = stablehlo.reshape %108 : (tensor<1x8x128xf32>) -> tensor<1x8x128x1xf32>
-    %110 = stablehlo.broadcast_in_dim %109, dims = [0, 1, 2, 3] : (tensor<1x8x128x1xf32>) -> tensor<1x8x128x128xf32>
-    %111 = stablehlo.subtract %107, %110 : tensor<1x8x128x128xf32>
-    %112 = stablehlo.exponential %111 : tensor<1x8x128x128xf32>
-    %113 = stablehlo.reduce(%112 init: %cst) applies stablehlo.add across dimensions = [3] : (tensor<1x8x128x128xf32>, tensor<f32>) -> tensor<1x8x128xf32>
-    %114 = stablehlo.reshape %113 : (tensor<1x8x128xf32>) -> tensor<1x8x128x1xf32>
-    %115 = stablehlo.broadcast_in_dim %114, dims = [0, 1, 2, 3] : (tensor<1x8x128x1xf32>) -> tensor<1x8x128x128xf32>
-    %116 = stablehlo.divide %112, %115 : tensor<1x8x128x128xf32>
-    %117 = stablehlo.reshape %116 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
-    %118 = stablehlo.reshape %34 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
-    %119 = stablehlo.broadcast_in_dim %118, dims = [0, 1, 2] : (tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
-    %120 = stablehlo.dot_general %117, %119, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x128x128xf32>, tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
-    %121 = stablehlo.reshape %120 : (tensor<8x128x128xf32>) -> tensor<1x8x128x128xf32>
-    %122 = stablehlo.transpose %121, dims = [0, 2, 1, 3] : (tensor<1x8x128x128xf32>) -> tensor<1x128x8x128xf32>
-    %123 = stablehlo.reshape %122 : (tensor<1x128x8x128xf32>) -> tensor<1x128x1024xf32>
-    %124 = stablehlo.transpose %arg4, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
-    %125 = stablehlo.reshape %123 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
-    %126 = stablehlo.dot_general %125, %124, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
-    %127 = stablehlo.reshape %126 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
-    %128 = stablehlo.add %arg10, %127 : tensor<1x128x1024xf32>
-    %129 = stablehlo.power %128, %2 : tensor<1x128x1024xf32>
-    %130 = stablehlo.reduce(%129 init: %cst) applies stablehlo.add across dimensions = [2] : (tensor<1x128x1024xf32>, tensor<f32>) -> tensor<1x128xf32>
-    %131 = stablehlo.reshape %130 : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
-    %132 = stablehlo.divide %131, %8 : tensor<1x128x1xf32>
-    %133 = stablehlo.add %132, %12 : tensor<1x128x1xf32>
-    %134 = stablehlo.rsqrt %133 : tensor<1x128x1xf32>
-    %135 = stablehlo.broadcast_in_dim %134, dims = [0, 1, 2] : (tensor<1x128x1xf32>) -> tensor<1x128x1024xf32>
-    %136 = stablehlo.multiply %128, %135 : tensor<1x128x1024xf32>
-    %137 = stablehlo.broadcast_in_dim %arg5, dims = [2] : (tensor<1024xf32>) -> tensor<1x128x1024xf32>
-    %138 = stablehlo.multiply %136, %137 : tensor<1x128x1024xf32>
-    %139 = stablehlo.transpose %arg6, dims = [1, 0] : (tensor<4096x1024xf32>) -> tensor<1024x4096xf32>
-    %140 = stablehlo.reshape %138 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
-    %141 = stablehlo.dot_general %140, %139, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x4096xf32>) -> tensor<128x4096xf32>
-    %142 = stablehlo.reshape %141 : (tensor<128x4096xf32>) -> tensor<1x128x4096xf32>
-    %143 = stablehlo.logistic %142 : tensor<1x128x4096xf32>
-    %144 = stablehlo.multiply %142, %143 : tensor<1x128x4096xf32>
-    %145 = stablehlo.transpose %arg7, dims = [1, 0] : (tensor<4096x1024xf32>) -> tensor<1024x4096xf32>
-    %146 = stablehlo.dot_general %140, %145, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x4096xf32>) -> tensor<128x4096xf32>
-    %147 = stablehlo.reshape %146 : (tensor<128x4096xf32>) -> tensor<1x128x4096xf32>
-    %148 = stablehlo.multiply %144, %147 : tensor<1x128x4096xf32>
-    %149 = stablehlo.transpose %arg8, dims = [1, 0] : (tensor<1024x4096xf32>) -> tensor<4096x1024xf32>
-    %150 = stablehlo.reshape %148 : (tensor<1x128x4096xf32>) -> tensor<128x4096xf32>
-    %151 = stablehlo.dot_general %150, %149, contracting_dims = [1] x [0] : (tensor<128x4096xf32>, tensor<4096x1024xf32>) -> tensor<128x1024xf32>
-    %152 = stablehlo.reshape %151 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
-    %153 = stablehlo.add %128, %152 : tensor<1x128x1024xf32>
-    return %153 : tensor<1x128x1024xf32>
+    %10 = stablehlo.reshape %cst_8 : (tensor<1xf32>) -> tensor<f32>
+    %11 = stablehlo.broadcast_in_dim %10, dims = [] : (tensor<f32>) -> tensor<1x128x1xf32>
+    %12 = stablehlo.add %9, %11 : tensor<1x128x1xf32>
+    %13 = stablehlo.rsqrt %12 : tensor<1x128x1xf32>
+    %14 = stablehlo.broadcast_in_dim %13, dims = [0, 1, 2] : (tensor<1x128x1xf32>) -> tensor<1x128x1024xf32>
+    %15 = stablehlo.multiply %arg10, %14 : tensor<1x128x1024xf32>
+    %16 = stablehlo.broadcast_in_dim %arg0, dims = [2] : (tensor<1024xf32>) -> tensor<1x128x1024xf32>
+    %17 = stablehlo.multiply %15, %16 : tensor<1x128x1024xf32>
+    %18 = stablehlo.transpose %arg1, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    %19 = stablehlo.reshape %17 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
+    %20 = stablehlo.dot_general %19, %18, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
+    %21 = stablehlo.reshape %20 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
+    %22 = stablehlo.reshape %21 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
+    %23 = stablehlo.transpose %22, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
+    %24 = stablehlo.transpose %arg2, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    %25 = stablehlo.dot_general %19, %24, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
+    %26 = stablehlo.reshape %25 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
+    %27 = stablehlo.reshape %26 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
+    %28 = stablehlo.transpose %27, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
+    %29 = stablehlo.transpose %arg3, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    %30 = stablehlo.dot_general %19, %29, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
+    %31 = stablehlo.reshape %30 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
+    %32 = stablehlo.reshape %31 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
+    %33 = stablehlo.transpose %32, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
+    %34 = stablehlo.convert %cst_9 : (tensor<1xi64>) -> tensor<1xf32>
+    %35 = stablehlo.reshape %34 : (tensor<1xf32>) -> tensor<f32>
+    %36 = stablehlo.convert %cst_10 : (tensor<1xi64>) -> tensor<1xf32>
+    %37 = stablehlo.reshape %36 : (tensor<1xf32>) -> tensor<f32>
+    %38 = stablehlo.convert %cst_11 : (tensor<1xi64>) -> tensor<1xf32>
+    %39 = stablehlo.reshape %38 : (tensor<1xf32>) -> tensor<f32>
+    %40 = stablehlo.subtract %37, %35 : tensor<f32>
+    %41 = stablehlo.divide %40, %39 : tensor<f32>
+    %42 = stablehlo.ceil %41 : tensor<f32>
+    %43 = stablehlo.convert %42 : (tensor<f32>) -> tensor<i64>
+    %44 = stablehlo.reshape %43 : (tensor<i64>) -> tensor<1xi64>
+    %45 = stablehlo.dynamic_iota %44, dim = 0 : (tensor<1xi64>) -> tensor<128xf32>
+    %46 = stablehlo.broadcast_in_dim %39, dims = [] : (tensor<f32>) -> tensor<128xf32>
+    %47 = stablehlo.multiply %45, %46 : tensor<128xf32>
+    %48 = stablehlo.broadcast_in_dim %35, dims = [] : (tensor<f32>) -> tensor<128xf32>
+    %49 = stablehlo.add %47, %48 : tensor<128xf32>
+    %50 = stablehlo.reshape %49 : (tensor<128xf32>) -> tensor<128x1xf32>
+    %51 = stablehlo.reshape %arg9 : (tensor<64xf32>) -> tensor<1x64xf32>
+    %52 = stablehlo.broadcast_in_dim %50, dims = [0, 1] : (tensor<128x1xf32>) -> tensor<128x64xf32>
+    %53 = stablehlo.broadcast_in_dim %51, dims = [0, 1] : (tensor<1x64xf32>) -> tensor<128x64xf32>
+    %54 = stablehlo.multiply %52, %53 : tensor<128x64xf32>
+    %55 = stablehlo.concatenate %54, %54, dim = 1 : (tensor<128x64xf32>, tensor<128x64xf32>) -> tensor<128x128xf32>
+    %56 = stablehlo.cosine %55 : tensor<128x128xf32>
+    %57 = stablehlo.sine %55 : tensor<128x128xf32>
+    %58 = stablehlo.broadcast_in_dim %56, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
+    %59 = stablehlo.multiply %23, %58 : tensor<1x8x128x128xf32>
+    %60 = stablehlo.slice %23 [0:1, 0:8, 0:128, 0:64] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
+    %61 = stablehlo.slice %23 [0:1, 0:8, 0:128, 64:128] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
+    %62 = stablehlo.negate %61 : tensor<1x8x128x64xf32>
+    %63 = stablehlo.concatenate %62, %60, dim = 3 : (tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32>) -> tensor<1x8x128x128xf32>
+    %64 = stablehlo.broadcast_in_dim %57, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
+    %65 = stablehlo.multiply %63, %64 : tensor<1x8x128x128xf32>
+    %66 = stablehlo.add %59, %65 : tensor<1x8x128x128xf32>
+    %67 = stablehlo.multiply %28, %58 : tensor<1x8x128x128xf32>
+    %68 = stablehlo.slice %28 [0:1, 0:8, 0:128, 0:64] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
+    %69 = stablehlo.slice %28 [0:1, 0:8, 0:128, 64:128] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x64xf32>
+    %70 = stablehlo.negate %69 : tensor<1x8x128x64xf32>
+    %71 = stablehlo.concatenate %70, %68, dim = 3 : (tensor<1x8x128x64xf32>, tensor<1x8x128x64xf32>) -> tensor<1x8x128x128xf32>
+    %72 = stablehlo.multiply %71, %64 : tensor<1x8x128x128xf32>
+    %73 = stablehlo.add %67, %72 : tensor<1x8x128x128xf32>
+    %74 = stablehlo.transpose %73, dims = [0, 1, 3, 2] : (tensor<1x8x128x128xf32>) -> tensor<1x8x128x128xf32>
+    %75 = stablehlo.reshape %66 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
+    %76 = stablehlo.reshape %74 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
+    %77 = stablehlo.broadcast_in_dim %76, dims = [0, 1, 2] : (tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
+    %78 = stablehlo.dot_general %75, %77, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x128x128xf32>, tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
+    %79 = stablehlo.reshape %78 : (tensor<8x128x128xf32>) -> tensor<1x8x128x128xf32>
+    %80 = stablehlo.reshape %cst_12 : (tensor<1xf32>) -> tensor<f32>
+    %81 = stablehlo.broadcast_in_dim %80, dims = [] : (tensor<f32>) -> tensor<1x8x128x128xf32>
+    %82 = stablehlo.divide %79, %81 : tensor<1x8x128x128xf32>
+    %83 = stablehlo.convert %c_3 : (tensor<i64>) -> tensor<f32>
+    %84 = stablehlo.convert %c_2 : (tensor<i64>) -> tensor<f32>
+    %85 = stablehlo.divide %84, %83 : tensor<f32>
+    %86 = stablehlo.ceil %85 : tensor<f32>
+    %87 = stablehlo.convert %86 : (tensor<f32>) -> tensor<i64>
+    %88 = stablehlo.reshape %87 : (tensor<i64>) -> tensor<1xi64>
+    %89 = stablehlo.dynamic_iota %88, dim = 0 : (tensor<1xi64>) -> tensor<128xi64>
+    %90 = stablehlo.multiply %89, %c_1 : tensor<128xi64>
+    %91 = stablehlo.add %90, %c_0 : tensor<128xi64>
+    %92 = stablehlo.reshape %91 : (tensor<128xi64>) -> tensor<1x128xi64>
+    %93 = stablehlo.reshape %91 : (tensor<128xi64>) -> tensor<128x1xi64>
+    %94 = stablehlo.broadcast_in_dim %92, dims = [0, 1] : (tensor<1x128xi64>) -> tensor<128x128xi64>
+    %95 = stablehlo.broadcast_in_dim %93, dims = [0, 1] : (tensor<128x1xi64>) -> tensor<128x128xi64>
+    %96 = stablehlo.subtract %94, %95 : tensor<128x128xi64>
+    %97 = stablehlo.compare GE, %96, %c, SIGNED : (tensor<128x128xi64>, tensor<128x128xi64>) -> tensor<128x128xi1>
+    %98 = stablehlo.broadcast_in_dim %97, dims = [0, 1] : (tensor<128x128xi1>) -> tensor<128x128xi1>
+    %99 = stablehlo.broadcast_in_dim %cst_4, dims = [0, 1] : (tensor<128x128xf32>) -> tensor<128x128xf32>
+    %100 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<128x128xf32>
+    %101 = stablehlo.select %98, %99, %100 : tensor<128x128xi1>, tensor<128x128xf32>
+    %102 = stablehlo.broadcast_in_dim %101, dims = [2, 3] : (tensor<128x128xf32>) -> tensor<1x8x128x128xf32>
+    %103 = stablehlo.add %82, %102 : tensor<1x8x128x128xf32>
+    %104 = stablehlo.reduce(%103 init: %cst_5) applies stablehlo.maximum across dimensions = [3] : (tensor<1x8x128x128xf32>, tensor<f32>) -> tensor<1x8x128xf32>
+    %105 = stablehlo.reshape %104 : (tensor<1x8x128xf32>) -> tensor<1x8x128x1xf32>
+    %106 = stablehlo.broadcast_in_dim %105, dims = [0, 1, 2, 3] : (tensor<1x8x128x1xf32>) -> tensor<1x8x128x128xf32>
+    %107 = stablehlo.subtract %103, %106 : tensor<1x8x128x128xf32>
+    %108 = stablehlo.exponential %107 : tensor<1x8x128x128xf32>
+    %109 = stablehlo.reduce(%108 init: %cst) applies stablehlo.add across dimensions = [3] : (tensor<1x8x128x128xf32>, tensor<f32>) -> tensor<1x8x128xf32>
+    %110 = stablehlo.reshape %109 : (tensor<1x8x128xf32>) -> tensor<1x8x128x1xf32>
+    %111 = stablehlo.broadcast_in_dim %110, dims = [0, 1, 2, 3] : (tensor<1x8x128x1xf32>) -> tensor<1x8x128x128xf32>
+    %112 = stablehlo.divide %108, %111 : tensor<1x8x128x128xf32>
+    %113 = stablehlo.reshape %112 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
+    %114 = stablehlo.reshape %33 : (tensor<1x8x128x128xf32>) -> tensor<8x128x128xf32>
+    %115 = stablehlo.broadcast_in_dim %114, dims = [0, 1, 2] : (tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
+    %116 = stablehlo.dot_general %113, %115, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<8x128x128xf32>, tensor<8x128x128xf32>) -> tensor<8x128x128xf32>
+    %117 = stablehlo.reshape %116 : (tensor<8x128x128xf32>) -> tensor<1x8x128x128xf32>
+    %118 = stablehlo.transpose %117, dims = [0, 2, 1, 3] : (tensor<1x8x128x128xf32>) -> tensor<1x128x8x128xf32>
+    %119 = stablehlo.reshape %118 : (tensor<1x128x8x128xf32>) -> tensor<1x128x1024xf32>
+    %120 = stablehlo.transpose %arg4, dims = [1, 0] : (tensor<1024x1024xf32>) -> tensor<1024x1024xf32>
+    %121 = stablehlo.reshape %119 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
+    %122 = stablehlo.dot_general %121, %120, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x1024xf32>) -> tensor<128x1024xf32>
+    %123 = stablehlo.reshape %122 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
+    %124 = stablehlo.add %arg10, %123 : tensor<1x128x1024xf32>
+    %125 = stablehlo.power %124, %2 : tensor<1x128x1024xf32>
+    %126 = stablehlo.reduce(%125 init: %cst) applies stablehlo.add across dimensions = [2] : (tensor<1x128x1024xf32>, tensor<f32>) -> tensor<1x128xf32>
+    %127 = stablehlo.reshape %126 : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
+    %128 = stablehlo.divide %127, %8 : tensor<1x128x1xf32>
+    %129 = stablehlo.add %128, %11 : tensor<1x128x1xf32>
+    %130 = stablehlo.rsqrt %129 : tensor<1x128x1xf32>
+    %131 = stablehlo.broadcast_in_dim %130, dims = [0, 1, 2] : (tensor<1x128x1xf32>) -> tensor<1x128x1024xf32>
+    %132 = stablehlo.multiply %124, %131 : tensor<1x128x1024xf32>
+    %133 = stablehlo.broadcast_in_dim %arg5, dims = [2] : (tensor<1024xf32>) -> tensor<1x128x1024xf32>
+    %134 = stablehlo.multiply %132, %133 : tensor<1x128x1024xf32>
+    %135 = stablehlo.transpose %arg6, dims = [1, 0] : (tensor<4096x1024xf32>) -> tensor<1024x4096xf32>
+    %136 = stablehlo.reshape %134 : (tensor<1x128x1024xf32>) -> tensor<128x1024xf32>
+    %137 = stablehlo.dot_general %136, %135, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x4096xf32>) -> tensor<128x4096xf32>
+    %138 = stablehlo.reshape %137 : (tensor<128x4096xf32>) -> tensor<1x128x4096xf32>
+    %139 = stablehlo.logistic %138 : tensor<1x128x4096xf32>
+    %140 = stablehlo.multiply %138, %139 : tensor<1x128x4096xf32>
+    %141 = stablehlo.transpose %arg7, dims = [1, 0] : (tensor<4096x1024xf32>) -> tensor<1024x4096xf32>
+    %142 = stablehlo.dot_general %136, %141, contracting_dims = [1] x [0] : (tensor<128x1024xf32>, tensor<1024x4096xf32>) -> tensor<128x4096xf32>
+    %143 = stablehlo.reshape %142 : (tensor<128x4096xf32>) -> tensor<1x128x4096xf32>
+    %144 = stablehlo.multiply %140, %143 : tensor<1x128x4096xf32>
+    %145 = stablehlo.transpose %arg8, dims = [1, 0] : (tensor<1024x4096xf32>) -> tensor<4096x1024xf32>
+    %146 = stablehlo.reshape %144 : (tensor<1x128x4096xf32>) -> tensor<128x4096xf32>
+    %147 = stablehlo.dot_general %146, %145, contracting_dims = [1] x [0] : (tensor<128x4096xf32>, tensor<4096x1024xf32>) -> tensor<128x1024xf32>
+    %148 = stablehlo.reshape %147 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
+    %149 = stablehlo.add %124, %148 : tensor<1x128x1024xf32>
+    return %149 : tensor<1x128x1024xf32>
   }
 }

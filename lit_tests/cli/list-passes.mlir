@@ -11,6 +11,7 @@
 // CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
 // CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
+// CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
 // CHECK-NOT: {{.}}
 

@@ -3,6 +3,24 @@
 Input: a module after ``shardy-propagate`` (Shardy has written ``sdy.sharding`` on
 ops and inserted explicit collectives). Output: ``ModuleFacts``. Nothing here guesses a
 collective from a pattern: it only reads the ops Shardy put in the IR.
+
+What an op costs is what it reads and writes on one device (DESIGN.md "Principles"):
+
+- an operand is read where it is stored: through the free layout ops before it
+  (reshape, transpose, convert, broadcast_in_dim), so a broadcast bias is read once at
+  its own size and a bf16 weight converted to f32 for the matmul is read as bf16;
+- a ``gather`` reads the rows it returns, not its table (an embedding lookup of one
+  token reads one row: tt-mlir lowers it to ``ttir.embedding``); ``dynamic_slice`` and
+  ``slice`` read what they return; ``dynamic_update_slice`` and ``scatter`` read their
+  update and write it in place (TTIR ``update_cache`` / ``fill_cache`` are in-place
+  ops); a ``concatenate`` that appends to a KV cache argument writes the new rows only
+  (the decode cache write, tt-metal's ``PagedUpdateCache``);
+- splat constants (scalars broadcast) cost nothing to read;
+- the ops of a group ``mark-fusions`` tagged ``shard_opt.fused`` are one device op:
+  it reads the group's inputs once and writes its outputs once, and nothing in
+  between reaches DRAM (an attention's score matrix, a norm's statistics);
+- a weight stored in a block-float format (``storage``: bfp8, bfp4) is read at that
+  format's bytes per element.
 """
 
 from __future__ import annotations
@@ -12,6 +30,7 @@ import math
 import re
 
 from shard_opt import ir
+from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS
 from shard_opt.facts import Collective, ModuleFacts, OpWork, dtype_bytes
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
 
@@ -24,13 +43,11 @@ SDY_COLLECTIVES = {
     "sdy.collective_permute": "collective_permute",
 }
 
-# Ops that only relabel or move data layout; a compiler fuses them into their users.
-LAYOUT_OPS = {
-    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert", "stablehlo.broadcast_in_dim",
-    "stablehlo.constant", "sdy.constant", "func.return", "stablehlo.return", "stablehlo.slice",
-    "stablehlo.get_tuple_element", "stablehlo.tuple", "stablehlo.iota", "stablehlo.bitcast_convert",
-    "sdy.sharding_constraint", "sdy.reshard", "sdy.return",
-}
+FUSED_ATTR = "shard_opt.fused"  # written by passes/mark_fusions.py
+SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_product_attention")
+MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.convolution")
+# ops that read and write in place: (operand positions read besides indices, written = those)
+_IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
 
 _REASONS = {
     "all_reduce": "{producer} leaves partial sums over {axes} (its contracted dim is split there); "
@@ -86,17 +103,41 @@ def arg_shardings(func) -> list[TensorSharding | None]:
     return out + [None] * (n - len(out))
 
 
-def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
-    """``ModuleFacts`` of a propagated module (and the collective ops, if asked)."""
+class _Group:
+    """A fused group being read: its work, and the values it reads and produces."""
+
+    def __init__(self, label: str, first: int):
+        self.kind = label.split(":")[0]
+        self.first = first
+        self.flops = 0
+        self.reads: dict = {}  # source value -> bytes
+        self.weight_bytes = 0
+        self.produced: set = set()
+        self.exits: dict = {}  # value -> bytes
+        self.dtype = "f32"
+        self.fidelity = None
+
+
+def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return_ops: bool = False):
+    """``ModuleFacts`` of a propagated module (and the collective ops, if asked).
+
+    ``storage``: argument index -> the element type it is stored in on device when that
+    differs from its type in the module (``bfp8`` / ``bfp4`` weights).
+    """
     meshes = meshes_of(module)
     mesh = meshes.get("mesh") or next(iter(meshes.values()), Mesh((1, 1)))
     func = ir.main_func(module)
     block = func.regions[0].blocks[0]
     args = list(block.arguments)
     kinds = list(arg_kinds) if arg_kinds else ["input"] * len(args)
+    storage = storage or {}
 
     shard: dict = {}  # Value -> TensorSharding
     weight_values: set = set()  # values that are parameters or layout views of them
+    cache_values: set = set()  # KV cache arguments and layout views of them
+    free_values: set = set()  # splat constants and layout views of them: free to read
+    stored: dict = {}  # Value -> storage element type (block-float weights and their views)
+    src: dict = {}  # Value -> the value it is a layout view of (where it is read from)
     origin: dict = {}  # Value -> index of the nearest upstream parameter argument
     facts = ModuleFacts(mesh.shape, mesh.axes)
     for a, s, kind in zip(args, arg_shardings(func), kinds):
@@ -104,13 +145,18 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         if s is not None:
             shard[a] = s
         local = s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape
-        facts.arg_local_bytes.append(math.prod(local) * dtype_bytes(dtype))
+        dtype = storage.get(a.arg_number, dtype)
+        if a.arg_number in storage:
+            stored[a] = dtype
+        facts.arg_local_bytes.append(_nbytes(local, dtype))
         facts.arg_kinds.append(kind)
         facts.arg_global_elements.append(math.prod(shape))
         facts.arg_local_elements.append(math.prod(local))
         if kind in ("param", "buffer"):
             weight_values.add(a)
             origin[a] = a.arg_number
+        elif kind == "cache":
+            cache_values.add(a)
 
     types: dict = {}
     locals_: dict = {}  # (type, sharding) -> (local shape, dtype): the same few pairs recur
@@ -130,6 +176,15 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
                 locals_[key] = ((s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype)
         return locals_[key]
 
+    def nbytes(value) -> int:
+        shape, dtype = local_of(value)
+        return _nbytes(shape, stored.get(value, dtype))
+
+    def read_bytes(value) -> int:
+        """Bytes an op reads for ``value``: where it is stored, 0 for a splat constant."""
+        value = src.get(value, value)
+        return 0 if value in free_values else nbytes(value)
+
     functions = {f.attributes["sym_name"].value: f for f in module.body.operations
                  if f.operation.name == "func.func"}
 
@@ -137,7 +192,7 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
         """Every op in program order, with each call site expanded into its callee (so a
         function called twice counts twice); callee arguments inherit the caller's
         operand shardings, origins and weight-ness."""
-        for op in ir.walk_ops(body):
+        for op in _walk(body):
             yield op
             if op.operation.name != "func.call" or depth > 16:
                 continue
@@ -150,11 +205,24 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
                     shard[barg] = s if s is not None else shard[operand]
                 if operand in origin:
                     origin[barg] = origin[operand]
-                if operand in weight_values:
-                    weight_values.add(barg)
+                for tracked in (weight_values, cache_values, free_values):
+                    if operand in tracked:
+                        tracked.add(barg)
+                if operand in stored:
+                    stored[barg] = stored[operand]
+                src[barg] = src.get(operand, operand)
             yield from program(callee, depth + 1)
 
+    groups: dict[str, _Group] = {}
+    group_of: dict = {}  # Value -> the group that computed it
     collective_ops = []
+
+    def reads_group_value(operand, reader_group) -> None:
+        """A value computed inside a group and read outside it leaves the group (DRAM)."""
+        g = group_of.get(operand)
+        if g is not None and g is not reader_group and operand not in g.exits:
+            g.exits[operand] = nbytes(operand)
+
     for index, op in enumerate(program(func)):
         name = op.operation.name
         operands, results = list(op.operands), list(op.results)  # each access is a binding call
@@ -164,10 +232,27 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
                 shard[r] = s
         _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
-            if operands and name != "func.return" and any(o in weight_values for o in operands):
-                weight_values.update(results)
+            if name in CONSTANT_OPS:
+                if name != "stablehlo.iota" and _is_splat(op):
+                    free_values.update(results)
+            elif operands and name not in ("func.return", "stablehlo.return", "sdy.return"):
+                for tracked in (weight_values, cache_values, free_values):
+                    if all(o in tracked for o in operands):
+                        tracked.update(results)
+                if len(operands) == 1 and results:
+                    base = src.get(operands[0], operands[0])
+                    src[results[0]] = base
+                    if base in stored:
+                        stored[results[0]] = stored[base]
+                    g = group_of.get(operands[0])
+                    if g is not None and name != "sdy.sharding_constraint":
+                        group_of[results[0]] = g  # a view of a group's value is still inside it
+            elif name == "func.return":
+                for o in operands:
+                    reads_group_value(o, None)
             continue
         if name in SDY_COLLECTIVES:
+            reads_group_value(operands[0], None)
             facts.collectives.append(
                 _collective(op, index, local_of, shard, mesh, meshes, origin.get(operands[0], -1))
             )
@@ -177,13 +262,113 @@ def extract_facts(module, arg_kinds=None, *, return_ops: bool = False):
             continue
         ins = [local_of(o) for o in operands]
         outs = [local_of(r) for r in results]
-        bytes_in = sum(math.prod(s) * dtype_bytes(d) for s, d in ins)
-        bytes_out = sum(math.prod(s) * dtype_bytes(d) for s, d in outs)
-        wbytes = sum(math.prod(s) * dtype_bytes(d) for (s, d), o in zip(ins, operands) if o in weight_values)
         flops = _flops(op, ins, outs)
-        facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index))
+        label = _fused_label(op)
+        if label is not None:
+            g = groups.get(label)
+            if g is None:
+                g = groups[label] = _Group(label, index)
+            g.flops += flops
+            for o in operands:
+                reads_group_value(o, g)
+                if group_of.get(o) is not g and src.get(o, o) not in g.reads:
+                    b = read_bytes(o)
+                    g.reads[src.get(o, o)] = b
+                    if o in weight_values:
+                        g.weight_bytes += b
+                        g.fidelity = g.fidelity or stored.get(src.get(o, o))
+            for r in results:
+                group_of[r] = g
+            if outs:
+                g.dtype = outs[0][1]
+            continue
+        for o in operands:
+            reads_group_value(o, None)
+        bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
+                                               cache_values)
+        fidelity = next((stored[src.get(o, o)] for o in operands if src.get(o, o) in stored), None)
+        facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
+                                kind=_kind(op, name), fidelity=fidelity))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
+    for label, g in groups.items():
+        bytes_in = sum(g.reads.values())
+        bytes_out = sum(g.exits.values())
+        facts.ops.append(OpWork(f"fused.{g.kind}", g.flops, bytes_in, bytes_out, g.weight_bytes, g.dtype, g.first,
+                                kind=g.kind, fidelity=g.fidelity))
+        facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - g.weight_bytes + bytes_out)
+    if groups:
+        facts.ops.sort(key=lambda o: o.op_index)
     return (facts, collective_ops) if return_ops else facts
+
+
+# ops whose regions hold the function they apply (a reduce's add), not code of their own
+_APPLICATORS = frozenset({
+    "stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.scatter", "stablehlo.select_and_scatter",
+    "stablehlo.sort", "stablehlo.all_reduce", "stablehlo.reduce_scatter", "sdy.all_reduce",
+})
+
+
+def _walk(op):
+    """Every operation nested in ``op`` in pre-order, without the bodies of reductions."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child
+                if child.operation.name not in _APPLICATORS:
+                    yield from _walk(child)
+
+
+def _nbytes(shape, dtype: str) -> int:
+    return int(math.prod(shape) * dtype_bytes(dtype))
+
+
+def _is_splat(op) -> bool:
+    attrs = op.operation.attributes
+    if "value" not in attrs:
+        return False
+    value = attrs["value"]
+    return bool(getattr(value, "is_splat", False)) or "dense<" in str(value) and "," not in str(value)
+
+
+def _fused_label(op) -> str | None:
+    attrs = op.operation.attributes
+    return attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
+
+
+def _kind(op, name: str) -> str:
+    if name in MATMUL_OPS:
+        return "matmul"
+    if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS:
+        return "sdpa"
+    return "gather" if name == "stablehlo.gather" else ""
+
+
+def _target(op) -> str:
+    attrs = op.operation.attributes
+    return str(attrs["call_target_name"]).strip('"') if "call_target_name" in attrs else ""
+
+
+def _traffic(name, operands, results, read_bytes, nbytes, weight_values, cache_values) -> tuple[int, int, int]:
+    """(bytes read, bytes written, bytes of parameters read) by one op on one device."""
+    out = sum(nbytes(r) for r in results)
+    if name == "stablehlo.gather":  # the rows it returns, and the indices
+        read = out + read_bytes(operands[1])
+        return read, out, out if operands[0] in weight_values else 0
+    if name in ("stablehlo.dynamic_slice", "stablehlo.slice"):
+        return out + sum(read_bytes(o) for o in operands[1:]), out, out if operands[0] in weight_values else 0
+    if name == "stablehlo.dynamic_update_slice":  # operand, update, indices...: in place
+        update = read_bytes(operands[1])
+        return update + sum(read_bytes(o) for o in operands[2:]), update, 0
+    if name == "stablehlo.scatter":  # inputs..., indices, updates...: in place
+        n = (len(operands) - 1) // 2
+        updates = sum(read_bytes(o) for o in operands[n + 1:])
+        return updates + read_bytes(operands[n]), updates, 0
+    if name == "stablehlo.concatenate" and any(o in cache_values for o in operands):
+        new = sum(read_bytes(o) for o in operands if o not in cache_values)  # appended in place
+        return new, new, 0
+    reads = [read_bytes(o) for o in operands]
+    wbytes = sum(b for b, o in zip(reads, operands) if o in weight_values)
+    return sum(reads), out, wbytes
 
 
 def _mesh_for(s: TensorSharding, meshes: dict, default: Mesh) -> Mesh:
@@ -258,6 +443,10 @@ def _dims(text: str, key: str) -> list[int]:
 def _flops(op, ins, outs) -> int:
     name = op.operation.name
     out_elems = math.prod(outs[0][0]) if outs else 0
+    if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS and len(ins) >= 3:
+        # q [B, Hq, Sq, D] . k [B, Hkv, Sk, D]: scores then probabilities x values
+        (b, hq, sq, d), (_, _, sk, _) = ins[0][0][-4:], ins[1][0][-4:]
+        return 4 * b * hq * sq * sk * d
     if name == "stablehlo.dot_general":
         text = str(op.attributes["dot_dimension_numbers"])
         contracting = _dims(text, "lhs_contracting_dimensions")

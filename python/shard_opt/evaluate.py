@@ -27,6 +27,8 @@ from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.collect_collectives import CollectCollectives
+from shard_opt.passes.inline_calls import inline_calls
+from shard_opt.passes.mark_fusions import mark_fusions
 from shard_opt.passes.shardy_propagate import ShardyPropagate
 from shard_opt.sharding import Mesh, TensorSharding
 
@@ -73,6 +75,16 @@ class Evaluation:
 
     def __post_init__(self):
         self.score = Score.of(self.cost, self.facts)
+
+
+def prepare(model: LoweredModel, pipeline: str = "tt-mlir") -> str:
+    """``model``'s module as candidates are evaluated from: with tt-mlir's pipeline its
+    calls inlined first (``inline-calls``), then its fused groups tagged (``mark-fusions``)."""
+    module = ir.parse(model.text, filename=model.name)  # fails early, naming the file
+    if pipeline == "tt-mlir":
+        inline_calls(module)
+    mark_fusions(module, [a.kind for a in model.arguments])
+    return ir.print_module(module)
 
 
 def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
@@ -126,7 +138,8 @@ class Evaluator:
     """
 
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
-                 result_shardings: dict | None = None, pipeline: str = "tt-mlir"):
+                 result_shardings: dict | None = None, pipeline: str = "tt-mlir",
+                 prepared_text: str | None = None):
         self.model = model
         self.mesh = mesh
         self.system = system
@@ -137,7 +150,9 @@ class Evaluator:
         self.memo: dict[tuple, Score] = {}
         self.stats = {"evaluations": 0, "seconds": 0.0}  # in this process, shared by views
         self.uid = f"{os.getpid()}-{next(_UIDS)}"
-        ir.parse(model.text, filename=model.name)  # fail early, with the file name
+        # the module every candidate starts from, prepared once: calls inlined (tt-mlir's
+        # pipeline starts with its inliner) and fused groups tagged (passes/mark_fusions.py)
+        self.text = prepared_text if prepared_text is not None else prepare(model, pipeline)
 
     def with_cost_model(self, cost_model) -> "Evaluator":
         view = copy.copy(self)
@@ -146,7 +161,7 @@ class Evaluator:
 
     def spec(self) -> tuple:
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
-        return (self.uid, self.model.name, self.model.text, self.model.arguments, self.mesh,
+        return (self.uid, self.model.name, self.text, self.model.arguments, self.mesh,
                 self.system, self.cost_model, self.result_shardings, self.pipeline)
 
     @property
@@ -157,7 +172,7 @@ class Evaluator:
     def _run_passes(self, shardings: dict[int, TensorSharding], after: list, constraints: dict | None = None):
         """A fresh copy of the module with the mesh, ``shardings`` and ``constraints``
         applied, then ``after`` run on it: (module, pass context)."""
-        module = ir.parse(self.model.text, filename=self.model.name)
+        module = ir.parse(self.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings, constraints=constraints or {})
         PassManager([AddMesh(), ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)

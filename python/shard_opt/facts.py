@@ -18,10 +18,15 @@ DTYPE_BYTES = {
     "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
     "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
     "complex<f32>": 8,
+    # Tenstorrent block floats: a 32x32 tile holds 1024 mantissas (1 byte for bfp8, half a
+    # byte for bfp4) plus one shared 8-bit exponent per 16 values (64 bytes): 1088 and 576
+    # bytes per 1024 values (tt-metal tt_metal/api/tt-metalium/tt_backend_api_types.hpp
+    # tile_size(); constants.hpp "1B per BFP8 datum + 4x16B exponent section").
+    "bfp8": 1088 / 1024, "bfp4": 576 / 1024,
 }
 
 
-def dtype_bytes(dtype: str) -> int:
+def dtype_bytes(dtype: str) -> float:
     return DTYPE_BYTES.get(dtype, 4)
 
 
@@ -74,6 +79,11 @@ class OpWork:
       weight_bytes: the part of ``bytes_in`` that comes straight from parameters.
       dtype: result element type.
       op_index: position in the function.
+      kind: what the device runs: ``matmul`` (dot_general, convolution), a fused group
+        of ``passes/mark_fusions.py`` (``sdpa``, ``norm``, ``softmax``, ``activation``,
+        ``linear``, ``conv``), ``gather``, or ``""`` for any other op.
+      fidelity: the storage type of the block-float weight it reads (``bfp8``,
+        ``bfp4``), which sets a matmul's math fidelity; None for plain weights.
     """
 
     name: str
@@ -83,6 +93,8 @@ class OpWork:
     weight_bytes: int = 0
     dtype: str = "f32"
     op_index: int = 0
+    kind: str = ""
+    fidelity: str | None = None
 
 
 @dataclass

@@ -112,7 +112,7 @@ def _evaluator(spec):
         _, name, text, arguments, mesh, system, cost_model, result_shardings, pipeline = spec
         model = LoweredModel(name, text, arguments)
         _EVALUATORS[uid] = Evaluator(model, mesh, system, cost_model, result_shardings=result_shardings,
-                                     pipeline=pipeline)
+                                     pipeline=pipeline, prepared_text=text)
     return _EVALUATORS[uid]
 
 
