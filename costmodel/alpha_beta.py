@@ -3,7 +3,8 @@
 Per collective and mesh axis: a fixed sync (the mean of the fitted fixed terms) + hop
 latency over the axis diameter + bytes on the busiest link at the raw line rate.
 all_to_all uses its bottleneck-bytes formula (not tt-mlir's point-to-point lowering).
-Compute: FLOPs at the matmul peak of the op's dtype, no DRAM term, no efficiency.
+Compute: FLOPs at the matmul peak of the op's weight format (HiFi4 for plain weights),
+no DRAM term, no efficiency.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shard_opt.costmodel.cost_model import CostModel, collective_axis
-from shard_opt.costmodel.system import System
+from shard_opt.costmodel.system import FORMAT_FIDELITY, System
 from shard_opt.facts import Collective, ModuleFacts, OpWork
 
 
@@ -28,4 +29,4 @@ class AlphaBetaModel(CostModel):
         )
 
     def op_us(self, op: OpWork, system: System) -> float:
-        return op.flops / system.peak_flops_per_us(op.dtype)
+        return op.flops / system.peak_flops_per_us(FORMAT_FIDELITY.get(op.fidelity or "", "HiFi4"))

@@ -11,6 +11,8 @@ Adding a Blackhole system is one more ``System(...)`` in ``SYSTEMS``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from shard_opt.costmodel import wormhole
 from shard_opt.costmodel.fabric import Anchor, Fabric, mean
 from shard_opt.costmodel.system import AxisLinks, System
@@ -66,6 +68,28 @@ FABRIC = Fabric(
 # LoFi / HiFi2 / HiFi4 (140 on the spec page, 120 enabled since firmware 19.5.0).
 PEAK_TFLOPS = {"LoFi": 110 * 5.4, "HiFi2": 110 * 2.7, "HiFi4": 110 * 1.35}
 
+# Compute profiles (docs/costmodel.md section 2). Blackhole has no published "out of
+# box" HiFi4 figure and no model-level DRAM measurement; generic takes Wormhole's
+# out-of-box share (unconfirmed) and the p150 DRAM microbenchmark with Wormhole's
+# interleaved/benchmark ratio (190/267) applied (unconfirmed); tuned takes the p150
+# manually tuned GEMMs (GEMM_FLOPS.md: BF16 HiFi4 168.24, BFP8 HiFi2 322.00, BFP4 LoFi
+# 626.46 TFLOPS, against 110 cores here: the shares are capped at 0.95) and the p150
+# DRAM microbenchmark, 500.5 GB/s of 512 (tech_reports/Saturating_DRAM_bandwidth/
+# Saturating_DRAM_bandwidth_Blackhole.md). Kernel floor and dispatch: Wormhole's (unconfirmed).
+GENERIC_COMPUTE = dataclasses.replace(
+    wormhole.GENERIC_COMPUTE, dram_efficiency=500.5 / 512 * 190 / 267,
+    sources=("tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth_Blackhole.md",),
+)
+TUNED_COMPUTE = dataclasses.replace(
+    wormhole.TUNED_COMPUTE,
+    matmul_efficiency={"LoFi": min(0.95, 626.46 / 594), "HiFi2": min(0.95, 322.00 / 297),
+                       "HiFi4": min(0.95, 168.24 / 148.5)},
+    dram_efficiency=500.5 / 512,
+    sources=("tt-metal tech_reports/GEMM_FLOPS/GEMM_FLOPS.md",
+             "tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth_Blackhole.md"),
+)
+COMPUTE = {"generic": GENERIC_COMPUTE, "tuned": TUNED_COMPUTE}
+
 # p150: 32 GB GDDR6, 512 GB/s (section 3); binary GiB as for Wormhole (unconfirmed).
 # p300, QuietBox 2, LoudBox and Galaxy chips are taken to have the p150's memory
 # (unconfirmed: the references give per-chip memory for p150/p100a only).
@@ -81,7 +105,7 @@ def _blackhole(name, title, chips, axis_links, sources) -> System:
     return System(
         name=name, arch="blackhole", chips=chips, meshes=tuple(axis_links), axis_links=axis_links,
         dram_bytes=DRAM_BYTES, dram_gbps=DRAM_GBPS, peak_tflops=PEAK_TFLOPS, fabric=FABRIC,
-        title=title, sources=sources,
+        compute=COMPUTE, title=title, sources=sources,
     )
 
 

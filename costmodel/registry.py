@@ -31,6 +31,7 @@ SYSTEM_MODULES = (
 
 COST_MODELS = {
     "tenstorrent": "shard_opt.costmodel.tenstorrent:TenstorrentModel",
+    "tenstorrent-tuned": "shard_opt.costmodel.tenstorrent:TunedTenstorrentModel",
     "alpha-beta": "shard_opt.costmodel.alpha_beta:AlphaBetaModel",
     "autoshard-heuristic": "shard_opt.costmodel.autoshard_heuristic:AutoshardHeuristic",
 }

@@ -18,24 +18,50 @@ from shard_opt.facts import COLLECTIVE_KINDS
 
 DEFAULT_AXIS_NAMES = ("batch", "model")  # tt-xla's names (references/tenstorrent.md section 1)
 
-# Math fidelity a dtype's matmul runs at: tt-metal GEMM_FLOPS.md pairs BF16 with HiFi4 and
-# BLOCKFP8 with HiFi2 (references/tenstorrent.md section 3). f32 and fp8 pairings are
-# ours (unconfirmed): f32 at the slowest fidelity, 8-bit types at LoFi.
-DTYPE_FIDELITY = {
-    "f32": "HiFi4", "f64": "HiFi4", "bf16": "HiFi4", "f16": "HiFi4",
-    "bfp8": "HiFi2", "f8E4M3FN": "LoFi", "f8E5M2": "LoFi", "i8": "LoFi", "ui8": "LoFi",
-}
+CCL_PROFILES = ("generic", "tuned")  # docs/costmodel.md 1.9
 
-# Share of the matmul peak a large GEMM reaches: Wormhole measures ~190 TFLOPS
-# (tt-metal GEMM_FLOPS/GEMM_FLOPS.md) against 64 compute cores x 4 TFLOPS LoFi = 256
-# (references/tenstorrent.md section 3). Used for every fidelity and for Blackhole too
-# (BH's ~580 measured against 110 x 5.4 = 594 would say 0.98: core count unclear, so we
-# keep the conservative Wormhole ratio; unconfirmed).
-MATMUL_EFFICIENCY = 190 / 256
+# Math fidelity a block-float weight's matmul runs at in tt-metal's models: BFP8 with
+# HiFi2, BFP4 with LoFi (tt-metal models/tt_transformers/tt/model_config.py, performance
+# mode: FF1/FF3 BFP4 + LoFi, the rest BFP8 + HiFi2; GEMM_FLOPS.md pairs BF16 with
+# HiFi4). 8-bit float / int at LoFi is ours (unconfirmed).
+FORMAT_FIDELITY = {"bfp8": "HiFi2", "bfp4": "LoFi", "f8E4M3FN": "LoFi", "f8E5M2": "LoFi", "i8": "LoFi", "ui8": "LoFi"}
 
-# Share of spec DRAM bandwidth reached: Wormhole 267 GB/s measured of 288 spec
-# (references/tenstorrent.md section 3). Applied to Blackhole too (unconfirmed).
-DRAM_EFFICIENCY = 267 / 288
+
+@dataclass(frozen=True)
+class Compute:
+    """How one software path uses a chip: one compute profile's calibration
+    (docs/costmodel.md section 2). Each architecture file defines its profiles.
+
+    Attributes:
+      name: ``generic`` (what tt-mlir compiles) or ``tuned`` (tt-metal's hand-written models).
+      fidelity: ``hifi4``: every matmul at HiFi4 (tt-mlir at optimization level 0 sets
+        HiFi4 on every matmul); ``format``: by the weight's format (``FORMAT_FIDELITY``).
+      matmul_efficiency: per math fidelity, the share of its peak a large matmul reaches.
+      dram_efficiency: the share of spec DRAM bandwidth an op's reads and writes reach.
+      sdpa_efficiency: the share of the HiFi4 peak a flash attention kernel reaches.
+      sdpa_dram_efficiency: the DRAM share of a flash decode kernel (reading the KV cache).
+      kernel_floor_us: the shortest kernel: a device op takes at least this long.
+      dispatch_us: the op-to-op gap every device op pays, ``traced`` and ``untraced``.
+      sources: where the figures come from.
+    """
+
+    name: str
+    fidelity: str
+    matmul_efficiency: dict[str, float] = field(hash=False, compare=False)
+    dram_efficiency: float
+    sdpa_efficiency: float
+    sdpa_dram_efficiency: float
+    kernel_floor_us: float
+    dispatch_us: dict[str, float] = field(hash=False, compare=False)
+    sources: tuple[str, ...] = ()
+
+    def fidelity_of(self, weight_format: str | None) -> str:
+        if self.fidelity == "hifi4":
+            return "HiFi4"
+        return FORMAT_FIDELITY.get(weight_format or "", "HiFi4")
+
+
+COMPUTE_PROFILES = ("generic", "tuned")
 
 # Usable share of DRAM: the rest is left to firmware, dispatch, program cache and
 # fragmentation. Our choice, unconfirmed by a measurement.
@@ -66,7 +92,11 @@ class System:
       dram_bytes: DRAM per chip.
       dram_gbps: DRAM bandwidth per chip (spec).
       peak_tflops: per chip, matmul peak per math fidelity (LoFi, HiFi2, HiFi4).
-      fabric: the architecture's CCL calibration.
+      fabric: the architecture's CCL calibration for the ``generic`` profile (the plain
+        TTNN CCL ops tt-mlir emits).
+      tuned_fabric: the calibration of the ``tuned`` profile (tt-metal's hand-tuned
+        persistent CCLs); None where no tuned CCL is measured (the generic one is used).
+      compute: the compute profiles (``generic``, ``tuned``) of the architecture.
       title: product name for ``describe``.
       sources: where the figures come from.
     """
@@ -80,6 +110,8 @@ class System:
     dram_gbps: float
     peak_tflops: dict[str, float] = field(hash=False, compare=False)
     fabric: Fabric = field(hash=False, compare=False)
+    tuned_fabric: Fabric | None = field(default=None, hash=False, compare=False)
+    compute: dict[str, Compute] = field(default_factory=dict, hash=False, compare=False)
     title: str = ""
     sources: tuple[str, ...] = ()
 
@@ -176,7 +208,7 @@ class System:
         self, kind: str, bytes_per_device: float, axis, mesh_shape: tuple[int, ...] | None = None, *,
         axis_names: tuple[str, ...] | None = None, topology: str | None = None,
         allow_collective_permute: bool = False, native_all_to_all: bool = False,
-        alpha_beta: bool = False,
+        alpha_beta: bool = False, profile: str = "generic",
     ) -> float:
         """Modeled time (us) of one collective, as tt-mlir lowers it.
 
@@ -195,6 +227,8 @@ class System:
             instead of returning ``inf`` (tt-mlir cannot lower it, issue 3370).
           native_all_to_all: price all_to_all as one ttnn all_to_all (the fitted model)
             instead of the N(N-1) point-to-point ops tt-mlir emits today.
+          profile: ``generic`` (the TTNN CCL ops tt-mlir emits) or ``tuned``
+            (tt-metal's persistent CCLs, where measured; see ``fabric_for``).
 
         Example (8 KiB all_reduce over the 4-chip "model" line of a LoudBox's 2x4)::
 
@@ -212,7 +246,7 @@ class System:
         groups = [(n, links) for n, links in groups if n > 1]
         if not groups:
             return 0.0
-        fabric = self.fabric
+        fabric = self.fabric_for(profile)
         if kind == "collective_permute":
             if not allow_collective_permute:
                 return math.inf  # "not implemented yet" in tt-mlir (issue 3370)
@@ -235,18 +269,32 @@ class System:
                 b /= n
         return total
 
-    def peak_flops_per_us(self, dtype: str) -> float:
-        """Matmul peak of one chip for ``dtype``, in FLOPs per microsecond."""
-        return self.peak_tflops[DTYPE_FIDELITY.get(dtype, "HiFi4")] * 1e6
+    def fabric_for(self, profile: str) -> Fabric:
+        """The CCL calibration of ``profile``: ``generic`` or ``tuned`` (the generic one
+        where the architecture has no tuned measurement)."""
+        if profile not in CCL_PROFILES:
+            raise UserError(f"unknown collective profile {profile!r}; use one of {', '.join(CCL_PROFILES)}")
+        return self.tuned_fabric if profile == "tuned" and self.tuned_fabric is not None else self.fabric
 
-    def compute_time_us(
-        self, flops: float, bytes: float, dtype: str = "bf16", *,
-        matmul_efficiency: float = MATMUL_EFFICIENCY, dram_efficiency: float = DRAM_EFFICIENCY,
-    ) -> float:
-        """Roofline time (us) of one op on one chip: the slower of math and DRAM traffic.
+    def compute_profile(self, name: str) -> Compute:
+        if name not in self.compute:
+            raise UserError(f"unknown compute profile {name!r}; use one of {', '.join(self.compute) or 'none'}")
+        return self.compute[name]
 
-        ``flops`` and ``bytes`` (operands read + results written) are per chip.
-        """
-        math_us = flops / (self.peak_flops_per_us(dtype) * matmul_efficiency)
-        dram_us = bytes / (self.dram_gbps * 1e3 * dram_efficiency)
-        return max(math_us, dram_us)
+    def peak_flops_per_us(self, fidelity: str) -> float:
+        """Matmul peak of one chip at a math fidelity (LoFi, HiFi2, HiFi4), in FLOPs per us."""
+        return self.peak_tflops[fidelity] * 1e6
+
+    def dram_us(self, nbytes: float, efficiency: float) -> float:
+        """Time to move ``nbytes`` through one chip's DRAM at ``efficiency`` of its spec bandwidth."""
+        return nbytes / (self.dram_gbps * 1e3 * efficiency)
+
+    def compute_time_us(self, flops: float, nbytes: float, *, fidelity: str = "HiFi4", profile: str = "generic",
+                        floor: bool = True) -> float:
+        """Roofline time (us) of one op on one chip: the slower of math and DRAM traffic,
+        at least the profile's shortest kernel. ``flops`` and ``nbytes`` (operands read +
+        results written) are per chip."""
+        c = self.compute_profile(profile)
+        math_us = flops / (self.peak_flops_per_us(fidelity) * c.matmul_efficiency[fidelity])
+        t = max(math_us, self.dram_us(nbytes, c.dram_efficiency))
+        return max(t, c.kernel_floor_us) if floor else t

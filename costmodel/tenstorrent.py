@@ -1,26 +1,47 @@
-"""``tenstorrent``: the calibrated model (default).
+"""``tenstorrent`` and ``tenstorrent-tuned``: the calibrated models.
+
+Two profiles of the same model (docs/costmodel.md 1.9 and 2):
+
+- ``tenstorrent`` (default): the program tt-xla runs today. Collectives are the plain
+  TTNN ops tt-mlir emits (the LoudBox-fitted ``generic`` profile); matmuls run at HiFi4
+  (tt-mlir's optimization level 0) with TTNN's automatic configs, on DRAM-interleaved
+  tensors.
+- ``tenstorrent-tuned``: what tt-metal's hand-written models reach: persistent async
+  collectives (fitted to the Llama-70B Galaxy decode), fidelity by weight format,
+  tuned GEMMs, DRAM-sharded weights.
 
 Collectives: the fitted tt-metal CCL models per mesh axis (``fabric.py``), priced as
 tt-mlir lowers them (all_to_all as N(N-1) point-to-point ops, all_slice free,
 collective_permute ``inf`` unless allowed).
 
-Compute: a roofline per op, summed over ``facts.ops``::
+Compute: a roofline per device op, at least the shortest kernel::
 
-    op_us = max(flops / (peak(dtype) * matmul_efficiency),
-                (bytes_in + bytes_out) / (dram_gbps * dram_efficiency))
+    op_us = max(flops / (peak(fidelity) * matmul_efficiency[fidelity]),
+                (bytes_in + bytes_out) / (dram_gbps * dram_efficiency),
+                kernel_floor_us)
 
-Weights are read from DRAM by every op that uses them, so at small batch (decode) the
-time is weight-read bound: a replicated weight makes every chip read all of it, a
-weight split N ways is read N times faster.
+A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak and reads
+its KV at ``sdpa_dram_efficiency``. Every device op and every collective also pays the
+op-to-op gap (``dispatch``: ``traced``, ``untraced`` or ``none``).
+
+Weights are read from DRAM by every op that uses them, so at small batch (decode) the time
+is weight-read bound: a replicated weight makes every chip read all of it, a weight split
+N ways is read N times faster. With ``prefetch_weights`` (tt-metal's Galaxy Llama demo:
+a DRAM prefetcher streams matmul weights on dedicated cores while the rest of the layer
+runs, tt-metal ``tech_reports/Prefetcher/Prefetcher.md``), a step takes the longer of
+streaming every matmul weight once and everything else.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from shard_opt.costmodel.cost_model import CostModel, collective_axis
-from shard_opt.costmodel.system import DRAM_EFFICIENCY, MATMUL_EFFICIENCY, System
-from shard_opt.facts import Collective, ModuleFacts, OpWork
+from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
+from shard_opt.costmodel.system import System
+from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
+
+MATMUL_KINDS = ("matmul", "linear", "conv")
 
 
 @dataclass(frozen=True)
@@ -28,29 +49,79 @@ class TenstorrentModel(CostModel):
     """Calibrated collectives + per-op roofline compute.
 
     Attributes:
-      matmul_efficiency: share of the matmul peak reached (default 190/256, Wormhole's
-        measured GEMM TFLOPS over its LoFi peak).
-      dram_efficiency: share of spec DRAM bandwidth reached (default 267/288).
+      ccl_profile: ``generic`` (tt-mlir's TTNN CCLs) or ``tuned`` (tt-metal's).
+      compute_profile: ``generic`` or ``tuned`` (the architecture's ``Compute``).
+      dispatch: the op-to-op gap: ``traced`` (default; tt-xla's benchmarks trace),
+        ``untraced`` (tt-xla's own default) or ``none``.
+      prefetch_weights: matmul weight reads overlap the rest of the step.
+      matmul_efficiency, dram_efficiency: override the profile's shares (None: keep).
       native_all_to_all: price all_to_all as one ttnn all_to_all (tt-metal fit) instead
         of tt-mlir's N(N-1) point-to-point ops.
     """
 
     name = "tenstorrent"
-    summary = "Calibrated tt-metal CCL fits per mesh axis + per-op compute/DRAM roofline (default)"
+    summary = "The tt-xla path: tt-mlir's TTNN CCLs (LoudBox fits) + per-op roofline at HiFi4 (default)"
 
-    matmul_efficiency: float = MATMUL_EFFICIENCY
-    dram_efficiency: float = DRAM_EFFICIENCY
+    ccl_profile: str = "generic"
+    compute_profile: str = "generic"
+    dispatch: str = "traced"
+    prefetch_weights: bool = False
+    matmul_efficiency: float | None = None
+    dram_efficiency: float | None = None
     native_all_to_all: bool = False
 
     def collective_us(self, c: Collective, facts: ModuleFacts, system: System) -> float:
-        return system.collective_time_us(
+        t = system.collective_time_us(
             c.kind, c.bytes_per_device, collective_axis(c, facts), facts.mesh_shape,
             axis_names=facts.mesh_axes, allow_collective_permute=self.allow_collective_permute,
-            native_all_to_all=self.native_all_to_all,
+            native_all_to_all=self.native_all_to_all, profile=self.ccl_profile,
         )
+        return t + self._gap(system) if t > 0 else t
 
     def op_us(self, op: OpWork, system: System) -> float:
-        return system.compute_time_us(
-            op.flops, op.bytes_in + op.bytes_out, op.dtype,
-            matmul_efficiency=self.matmul_efficiency, dram_efficiency=self.dram_efficiency,
-        )
+        return self._kernel_us(op, system, op.bytes_in + op.bytes_out) + self._gap(system)
+
+    def _gap(self, system: System) -> float:
+        return system.compute_profile(self.compute_profile).dispatch_us[self.dispatch]
+
+    def _kernel_us(self, op: OpWork, system: System, nbytes: float) -> float:
+        c = system.compute_profile(self.compute_profile)
+        dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
+        if op.kind == "sdpa":
+            math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)
+            return max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency), c.kernel_floor_us)
+        fidelity = c.fidelity_of(op.fidelity)
+        eff = self.matmul_efficiency if self.matmul_efficiency is not None else c.matmul_efficiency[fidelity]
+        math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff)
+        return max(math_us, system.dram_us(nbytes, dram), c.kernel_floor_us)
+
+    def price(self, facts: ModuleFacts, system: System) -> Cost:
+        if not self.prefetch_weights:
+            return super().price(facts, system)
+        times = [self.collective_us(c, facts, system) for c in facts.collectives]
+        ccl = math.fsum(times)
+        c = system.compute_profile(self.compute_profile)
+        dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
+        rest, streamed = 0.0, 0.0
+        for op in facts.ops:
+            if op.kind in MATMUL_KINDS and op.weight_bytes:
+                # the weight arrives from the prefetcher; the kernel reads the rest
+                streamed += op.weight_bytes
+                rest += self._kernel_us(op, system, op.bytes_in + op.bytes_out - op.weight_bytes) + self._gap(system)
+            else:
+                rest += self.op_us(op, system)
+        compute = max(rest, system.dram_us(streamed, dram) - ccl)
+        memory = memory_per_device(facts)
+        return Cost(total_us=compute + ccl, compute_us=compute, ccl_us=ccl, collective_us=times,
+                    memory_per_device_bytes=memory, fits=memory <= system.usable_dram_bytes)
+
+
+@dataclass(frozen=True)
+class TunedTenstorrentModel(TenstorrentModel):
+    """``tenstorrent`` with tt-metal's tuned profiles (collectives and compute)."""
+
+    name = "tenstorrent-tuned"
+    summary = "tt-metal's hand-tuned path: persistent CCLs (Galaxy Llama-70B fits), fidelity by weight format"
+
+    ccl_profile: str = "tuned"
+    compute_profile: str = "tuned"

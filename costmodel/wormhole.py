@@ -1,4 +1,13 @@
-"""Wormhole systems: n150, n300, LoudBox (T3000) and Galaxy, and their CCL calibration.
+"""Wormhole systems: n150, n300, LoudBox (T3000) and Galaxy, and their CCL calibrations.
+
+Two collective profiles (docs/costmodel.md 1.9):
+
+- ``generic`` (``FABRIC``): the plain ``ttnn.all_gather`` / ``reduce_scatter`` /
+  ``all_reduce`` ops tt-mlir emits (tt-mlir ``TTIRToTTNN.cpp``), fitted by tt-metal on
+  a LoudBox (``tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md``).
+- ``tuned`` (``TUNED_FABRIC``): the persistent-buffer async CCLs tt-metal's Llama-70B
+  Galaxy demo runs, fitted to its measured per-op kernel times
+  (``GALAXY_LLAMA70B_CCLS``, references/measurements.md section 2).
 
 Every figure names its source; section numbers are references/tenstorrent.md's.
 Adding a Wormhole system is one more ``System(...)`` in ``SYSTEMS``.
@@ -6,8 +15,11 @@ Adding a Wormhole system is one more ``System(...)`` in ``SYSTEMS``.
 
 from __future__ import annotations
 
-from shard_opt.costmodel.fabric import Anchor, Fabric, Startup, mean
-from shard_opt.costmodel.system import AxisLinks, System
+import dataclasses
+from dataclasses import dataclass
+
+from shard_opt.costmodel.fabric import Anchor, Fabric, Startup, hops, mean, traffic_bytes
+from shard_opt.costmodel.system import AxisLinks, Compute, System
 
 _SUMMARY = "tt-metal tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md"
 
@@ -70,6 +82,74 @@ FABRIC = Fabric(
     calibration_links=1,  # T3000 CCLs use 1 link ("1 for T3K", CCL_Performance_Best_Practices.md)
 )
 
+# ---- the tuned profile: tt-metal's Llama-70B Galaxy decode CCLs ----------------------
+
+_GALAXY_6U = "tt-metal models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_6u.json"
+_GALAXY_4U = "tt-metal models/demos/llama3_70b_galaxy/tests/decoder_perf_targets_4u.json"
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured collective: kind, topology and links of its axis, devices, per-device
+    input bytes, kernel time (us), source, and what it is used for."""
+
+    label: str
+    kind: str
+    topology: str
+    links: int
+    devices: int
+    bytes_per_device: int
+    time_us: float
+    source: str
+    use: str = "calibration"
+
+
+# Llama-3.3-70B decode, batch 32, position 127, traced, "DEVICE KERNEL DURATION" (per op,
+# per decoder layer). 6U runs FABRIC_1D_RING with num_links 4, 4U FABRIC_1D (line) with
+# num_links 3 (tt-metal tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py).
+# Bytes per device are the op's input, from the demo's shapes (tt-metal
+# models/demos/llama3_70b_galaxy/tt/llama_attention.py, llama_mlp.py, llama_ccl.py):
+# all_reduce [32, 2048] bfp8 = 64 tiles x 1088 B; reduce_scatter [32, 3840] bfp8 = 120
+# tiles; all_gather [32, 960] bfp8 = 30 tiles. The two all_reduces of a layer (DO, FF2)
+# have the same shape: their mean is the point.
+GALAXY_LLAMA70B_CCLS = (
+    Measured("AllReduceAsync_DO/FF2 (axis 0)", "all_reduce", "ring", 4, 8, 64 * 1088, (13.30 + 13.44) / 2,
+             _GALAXY_6U),
+    Measured("AllReduceAsync_DO/FF2 (axis 0)", "all_reduce", "line", 3, 8, 64 * 1088, (19.11 + 18.90) / 2,
+             _GALAXY_4U),
+    Measured("AllGatherAsync_Binary_Mult (axis 1)", "all_gather", "ring", 4, 4, 30 * 1088, 7.08, _GALAXY_6U),
+    Measured("AllGatherAsync_Binary_Mult (axis 1)", "all_gather", "line", 3, 4, 30 * 1088, 9.38, _GALAXY_4U),
+    Measured("ReduceScatter_FF3 (axis 1)", "reduce_scatter", "ring", 4, 4, 120 * 1088, 7.22, _GALAXY_6U),
+    Measured("ReduceScatter_FF3 (axis 1)", "reduce_scatter", "line", 3, 4, 120 * 1088, 9.46, _GALAXY_4U),
+)
+
+
+def _fit_tuned_startup(points) -> dict[str, Startup]:
+    """Per kind, the startup ``base + hop * hops(N)`` through its two points (one ring,
+    one line), after the bytes term at the generic fits' link efficiencies: the tuned
+    CCLs move bytes at the same link speed; what tuning removes is per-invocation and
+    per-hop overhead (persistent buffers, no fabric open/close)."""
+    out = {}
+    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        rows = [m for m in points if m.kind == kind and m.use == "calibration"]
+        (r1, r2) = rows
+        fixed = []
+        for m in (r1, r2):
+            bw = FABRIC.bandwidth_gbps(kind, m.topology, m.devices, m.links)
+            fixed.append((hops(m.topology, m.devices), m.time_us - traffic_bytes(kind, m.devices, m.bytes_per_device)
+                          / (bw * 1e3)))
+        (h1, t1), (h2, t2) = fixed
+        hop = (t2 - t1) / (h2 - h1)
+        base = t1 - hop * h1
+        out[kind] = Startup(base, hop, hop)
+    out["all_to_all"] = STARTUP["all_to_all"]  # no tuned all_to_all is measured: the generic fit
+    return out
+
+
+TUNED_STARTUP = _fit_tuned_startup(GALAXY_LLAMA70B_CCLS)
+TUNED_FABRIC = dataclasses.replace(FABRIC, startup=TUNED_STARTUP, anchors=())
+
+
 # Per chip (section 3): 64 cores in the TT-NN compute grid x 4 / 2 / 1 TFLOPS per core at
 # LoFi / HiFi2 / HiFi4.
 PEAK_TFLOPS = {"LoFi": 64 * 4.0, "HiFi2": 64 * 2.0, "HiFi4": 64 * 1.0}
@@ -80,11 +160,64 @@ DRAM_BYTES = 12 * 2**30
 DRAM_GBPS = 288.0
 
 
+# ---- compute profiles ------------------------------------------------------------------
+
+_GEMM = "tt-metal tech_reports/GEMM_FLOPS/GEMM_FLOPS.md"
+_LLMS = "tt-metal tech_reports/LLMs/llms.md"
+
+# Shortest kernel: a device op takes at least this long. Fitted: the mean of the two
+# smallest per-op kernels of the Llama-70B Galaxy decode layer (RotaryEmbeddingLlamaFusedQK
+# 2.23 us, Binary_Mult_Silu 2.37 us; references/measurements.md section 2), which the
+# roofline prices well under 1 us. Checked against BinaryDeviceOperation 2.5 us and
+# Embeddings 3.3 us (tt-metal models/demos/llama3_70b_galaxy/tests/tg_perf_unit_tests/
+# test_llama_ops_perf_TG_llama.py, 6U) in benchmarks/fidelity.py.
+KERNEL_FLOOR_US = (2.23 + 2.37) / 2
+
+# Op-to-op gap, traced: the mean of the 16 gaps of that layer (599-868 ns, "OP TO OP
+# LATENCY" of decoder_perf_targets_6u.json). Untraced: the median of the same file's
+# "non-overlapped-dispatch-time" (3.4-23 us per op); tt-metal llms.md 4.5.4 shows an
+# untraced model spending 756 us between ops against 362 us on device.
+DISPATCH_US = {"traced": 0.728, "untraced": 5.8, "none": 0.0}
+
+# generic: what tt-mlir compiles. At optimization level 0 it sets HiFi4 on every matmul
+# (tt-mlir include/ttmlir/Dialect/TTNN/Pipelines/TTNNPipelines.h); matmuls use TTNN's
+# automatic program configs (GEMM_FLOPS.md "out of box": BF16 HiFi2 4096^3 68.15 TFLOPS
+# of 128, 0.53, taken for every fidelity: unconfirmed at HiFi4); tensors are DRAM
+# interleaved ("A matmul can expect to read around 190 GB/s", llms.md 4.6.1).
+GENERIC_COMPUTE = Compute(
+    name="generic", fidelity="hifi4",
+    matmul_efficiency={"LoFi": 68.15 / 128, "HiFi2": 68.15 / 128, "HiFi4": 68.15 / 128},
+    dram_efficiency=190 / 288,
+    # FlashAttention: no Wormhole utilisation is published as text; Blackhole's ring SDPA
+    # reaches 62-70% of its math peak (tt-metal SDPA reports, references: research notes);
+    # 0.65 taken for Wormhole too (unconfirmed). FlashDecode reads the KV cache at up to
+    # 180 GB/s (tech_reports/FlashAttention/FlashDecode.md).
+    sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
+    kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
+    sources=(_GEMM, _LLMS, "tt-mlir include/ttmlir/Dialect/TTNN/Pipelines/TTNNPipelines.h"),
+)
+
+# tuned: tt-metal's hand-written models. Matmul fidelity by weight format; manually
+# tuned GEMMs (GEMM_FLOPS.md, 16384^3: BF16 HiFi4 54.31 of 64, BFP8 HiFi2 102.42 of 128,
+# BFP4 LoFi 199.76 of 256); DRAM-sharded decode matmuls "around 240 GB/s" (llms.md 4.6.1;
+# 239-260 GB/s measured for Llama3-70B decode, Saturating_DRAM_bandwidth.md).
+TUNED_COMPUTE = Compute(
+    name="tuned", fidelity="format",
+    matmul_efficiency={"LoFi": 199.76 / 256, "HiFi2": 102.42 / 128, "HiFi4": 54.31 / 64},
+    dram_efficiency=240 / 288,
+    sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
+    kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
+    sources=(_GEMM, _LLMS, "tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth.md",
+             "tt-metal models/tt_transformers/tt/model_config.py"),
+)
+COMPUTE = {"generic": GENERIC_COMPUTE, "tuned": TUNED_COMPUTE}
+
+
 def _wormhole(name, title, chips, axis_links, sources) -> System:
     return System(
         name=name, arch="wormhole", chips=chips, meshes=tuple(axis_links), axis_links=axis_links,
         dram_bytes=DRAM_BYTES, dram_gbps=DRAM_GBPS, peak_tflops=PEAK_TFLOPS, fabric=FABRIC,
-        title=title, sources=sources,
+        tuned_fabric=TUNED_FABRIC, compute=COMPUTE, title=title, sources=sources,
     )
 
 
@@ -120,4 +253,13 @@ WH_GALAXY = _wormhole(
 # Some hosts wrap the Galaxy axes (tt-xla PR 5383): the ring-per-axis option.
 WH_GALAXY_RING = WH_GALAXY.with_topology("wh-galaxy-ring", "ring", "Wormhole Galaxy, ring on each axis")
 
-SYSTEMS = [N150, N300, WH_LOUDBOX, WH_GALAXY, WH_GALAXY_RING]
+# The 6U Galaxy tt-metal's Llama-70B demo is measured on: a ring of 4 links on each axis
+# (FABRIC_1D_RING, num_links 4: tt-metal tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py).
+_RING4 = AxisLinks("ring", 4)
+WH_GALAXY_6U = _wormhole(
+    "wh-galaxy-6u", "Wormhole Galaxy 6U (ring of 4 links on each axis)", 32,
+    {(8, 4): (_RING4, _RING4), (4, 8): (_RING4, _RING4)},
+    ("tt-metal tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py",),
+)
+
+SYSTEMS = [N150, N300, WH_LOUDBOX, WH_GALAXY, WH_GALAXY_RING, WH_GALAXY_6U]

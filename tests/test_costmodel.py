@@ -146,7 +146,7 @@ def test_blackhole_beats_wormhole_at_equal_bytes(pair, kind, axis, b):
         axis = "model"
     kw = {"allow_collective_permute": True}
     assert bh.collective_time_us(kind, b, axis, mesh, **kw) < wh.collective_time_us(kind, b, axis, mesh, **kw)
-    assert bh.compute_time_us(2 * b * 4096, b) < wh.compute_time_us(2 * b * 4096, b)
+    assert bh.compute_time_us(2 * b * 4096, b, floor=False) < wh.compute_time_us(2 * b * 4096, b, floor=False)
 
 
 # ---- what tt-mlir emits ---------------------------------------------------------------------
@@ -327,7 +327,7 @@ def test_llama3_8b_decode_megatron_beats_replicated(mesh, axes):
     rep, meg = model.price(replicated, system), model.price(megatron, system)
     assert meg.total_us < rep.total_us
     # Decode is weight-read bound: every chip reads all 16 GB when they are replicated.
-    read_us = weights / (system.dram_gbps * 1e3 * 267 / 288)
+    read_us = system.dram_us(weights, system.compute_profile("generic").dram_efficiency)
     assert rep.compute_us == pytest.approx(read_us, rel=0.1)
     assert rep.compute_us > 6 * meg.compute_us
     assert meg.ccl_us < rep.total_us - meg.total_us  # the collectives cost far less than the reads saved
@@ -377,7 +377,9 @@ def test_annotate_costs_pass_stamps_times():
     pipeline = "builtin.module(shardy-propagate, collect-collectives, annotate-costs{system=wh-loudbox})"
     PassManager(parse_pipeline(pipeline), ctx).run(module)
     out = ir.print_module(module)
-    expected = costmodel.get_system("wh-loudbox").collective_time_us("all_reduce", 8 * 1024 * BF16, "model")
+    system = costmodel.get_system("wh-loudbox")
+    gap = system.compute_profile("generic").dispatch_us["traced"]  # the op-to-op gap every device op pays
+    expected = system.collective_time_us("all_reduce", 8 * 1024 * BF16, "model") + gap
     assert ctx.cost.collective_us == [pytest.approx(expected)]
     stamped = re.findall(r"shard_opt\.time_us = ([0-9.e+-]+) : f64", out)
     assert [float(t) for t in stamped] == [round(expected, 2)]
