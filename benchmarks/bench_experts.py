@@ -170,11 +170,14 @@ def command(row: Row, plan_path: str, layers: int | None, system: str | None) ->
 
 
 def first_error_line(stderr: str, code: int) -> str:
-    """shard-opt's one-line error (``shard-opt: error: ...``), else a traceback's last line."""
+    """shard-opt's one-line error (``shard-opt: error: ...`` or ``shard-opt: internal
+    error: ...``), else a traceback's last line."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     for ln in lines:
         if ln.startswith("shard-opt: error:"):
             return ln.removeprefix("shard-opt: error:").strip()
+        if ln.startswith("shard-opt: internal error:"):
+            return ln.removeprefix("shard-opt: ")
     if any(ln.startswith("Traceback") for ln in lines):
         return lines[-1]
     return lines[0] if lines else f"exit status {code}, nothing on stderr"
@@ -217,7 +220,7 @@ def summarize(row: Row, result: dict) -> dict:
     cost = plan["cost"]
     out["plan_us"] = cost.get("total_us")
     out["plan_ccl_per_layer"] = cost.get("ccl_per_layer")
-    if out["plan_ccl_per_layer"] is None and plan.get("num_layers"):
+    if out["plan_ccl_per_layer"] is None and plan.get("num_layers") and row.script.repeated:
         out["plan_ccl_per_layer"] = f"{len(plan_layer_collectives(plan)[0])}*"
     expert = plan.get("baselines", {}).get("loader-spec")
     if expert is None:
