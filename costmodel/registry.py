@@ -137,8 +137,21 @@ def get_cost_model_class(name: str) -> type:
 
 
 def get_cost_model(name: str, **options):
-    """An instance of the cost model ``name`` with ``options`` (its dataclass fields)."""
+    """An instance of the cost model ``name`` with ``options`` (its dataclass fields).
+
+    ``name`` may carry options itself, as the command line writes them:
+    ``tenstorrent:dispatch=untraced,prefetch_weights=true`` (``options`` win)."""
+    name, _, spec = name.partition(":")
     cls = get_cost_model_class(name)
+    if spec:
+        fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        for item in filter(None, (x.strip() for x in spec.split(","))):
+            key, eq, raw = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not eq or key not in fields:
+                raise UserError(f"cost model {name}: bad option {item!r}; write KEY=VALUE with KEY one of "
+                                f"{', '.join(sorted(fields)) or 'none'}")
+            options.setdefault(key, _option_value(raw.strip(), fields[key], name))
     known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else None
     if known is not None:
         unknown = sorted(set(options) - known)
@@ -146,6 +159,23 @@ def get_cost_model(name: str, **options):
             raise UserError(f"cost model {name}: unknown option(s) {', '.join(unknown)} "
                             f"(options: {', '.join(sorted(known)) or 'none'})")
     return cls(**options)
+
+
+def _option_value(raw: str, f, model: str):
+    """A command-line option value as its field's type (bool, int, float, or text)."""
+    typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    try:
+        if typ.startswith("bool"):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return raw.lower() in ("true", "1")
+        if typ.startswith("float"):
+            return None if raw.lower() == "none" else float(raw)
+        if typ.startswith("int"):
+            return int(raw)
+    except ValueError:
+        raise UserError(f"cost model {model}: option {f.name}={raw!r} is not a valid {typ}") from None
+    return raw
 
 
 def list_cost_models() -> list[str]:

@@ -38,10 +38,12 @@ import math
 from dataclasses import dataclass
 
 from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
-from shard_opt.costmodel.system import System
+from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, System
+from shard_opt.errors import UserError
 from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
 
 MATMUL_KINDS = ("matmul", "linear", "conv")
+DISPATCH = ("traced", "untraced", "none")
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,13 @@ class TenstorrentModel(CostModel):
     matmul_efficiency: float | None = None
     dram_efficiency: float | None = None
     native_all_to_all: bool = False
+
+    def __post_init__(self):
+        for option, value, allowed in (("ccl_profile", self.ccl_profile, CCL_PROFILES),
+                                       ("compute_profile", self.compute_profile, COMPUTE_PROFILES),
+                                       ("dispatch", self.dispatch, DISPATCH)):
+            if value not in allowed:
+                raise UserError(f"cost model {self.name}: {option}={value!r}; use one of {', '.join(allowed)}")
 
     def collective_us(self, c: Collective, facts: ModuleFacts, system: System) -> float:
         t = system.collective_time_us(

@@ -32,7 +32,7 @@ class CollectCollectives(ModulePass):
 
     def apply(self, ctx: PassContext, module) -> None:
         kinds = [a.kind for a in ctx.arguments] if ctx.arguments else None
-        facts, ops = extract_facts(module, kinds, return_ops=True)
+        facts, ops = extract_facts(module, kinds, storage=ctx.storage, return_ops=True)
         ctx.facts = facts
         if not self.annotate:
             return

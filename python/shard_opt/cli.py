@@ -26,6 +26,7 @@ LONG_FLAGS = (
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
     "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
+    "weight-dtype",
 )
 
 
@@ -57,7 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seq-len", type=int, default=128, metavar="S")
     p.add_argument("--phase", choices=["prefill", "decode"], default="prefill")
     p.add_argument("--dtype", choices=["bf16", "f32", "f16"], default="bf16", help="dtype of load scripts and zoo models")
-    p.add_argument("--cost-model", default="tenstorrent", metavar="NAME")
+    p.add_argument("--weight-dtype", metavar="DTYPE[,ROLE=DTYPE...]",
+                   help="matmul weight format on device: bf16 (default), bfp8 or bfp4 (tt-xla's "
+                        "experimental_weight_dtype); per role: attention=, mlp= or a parameter-name glob, "
+                        "e.g. bfp8,mlp=bfp4")
+    p.add_argument("--cost-model", default="tenstorrent", metavar="NAME[:OPTION=VALUE,...]",
+                   help="tenstorrent (the tt-xla path, default), tenstorrent-tuned (tt-metal's), alpha-beta, "
+                        "autoshard-heuristic; options e.g. tenstorrent:dispatch=untraced")
     p.add_argument("--propagation", choices=["tt-mlir", "sdy"], default="tt-mlir",
                    help="how Shardy runs: tt-mlir's stablehlo-pipeline steps (default) or Shardy's own "
                         "sdy-propagation-pipeline + export (docs/costmodel.md)")
@@ -179,6 +186,12 @@ def _run(argv: list[str]) -> int:
     bad = [p for p in parallelism if p not in PARALLELISM]
     if bad or not parallelism:
         raise UserError(f"--parallelism {ns.parallelism!r}: use a comma list of {', '.join(PARALLELISM)}")
+    from shard_opt.weights import WeightFormats
+
+    weights = WeightFormats.parse(ns.weight_dtype)
+    from shard_opt import costmodel
+
+    costmodel.get_cost_model(ns.cost_model)  # an unknown model or option fails before any work
     for flag in ("layers", "batch", "seq_len", "devices"):
         v = getattr(ns, flag)
         if v is not None and v < 1:
@@ -215,7 +228,7 @@ def _run(argv: list[str]) -> int:
 
     opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
                    allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet,
-                   propagation=ns.propagation)
+                   propagation=ns.propagation, weights=weights)
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")

@@ -26,9 +26,10 @@ from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.shardy_propagate import insert_guards
 from shard_opt.plan import build_plan, score_dict
 from shard_opt.search import (
-    Progress, assignment_of, conv_weight_indices, final_evaluation, make_scorer, search,
+    Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
 )
 from shard_opt.sharding import Mesh, TensorSharding
+from shard_opt.weights import WeightFormats
 
 
 @dataclass
@@ -39,13 +40,14 @@ class Options:
     parallelism: tuple[str, ...] = PARALLELISM
     allow_collective_permute: bool = False
     propagation: str = "tt-mlir"  # shardy-propagate's pipeline (tt-mlir's, or Shardy's own "sdy")
+    weights: WeightFormats = field(default_factory=WeightFormats)  # --weight-dtype
     progress: bool = True
     baselines: bool = True
     stream: object = None
 
     def setting(self) -> dict:
         """The ``Evaluator`` options these options imply."""
-        return {"pipeline": self.propagation}
+        return {"pipeline": self.propagation, "weights": self.weights}
 
 
 @dataclass
@@ -106,6 +108,15 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
 
     groups, assignment, score = result.groups, result.assignment, result.score
     fallback = None
+    if not score.fits and not any(s.fits for s in result.scored.values()):
+        # nothing the speed search tried fits: search for memory (fitting plans first, the
+        # least memory, then time), from the fastest plan and the seeds
+        seen = result.scored
+        mem = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
+                     scorer=scorer, progress=progress, seeds=[result.assignment, _most_split(groups, mesh)] + [
+                         s + tuple(0 for _ in range(len(groups) - len(s))) for s in seeds],
+                     objective=fit_first)
+        result.scored = {**seen, **mem.scored}
     if not score.fits:
         fitting = [(s.key(), a) for a, s in result.scored.items() if s.fits]
         if not fitting:
@@ -117,12 +128,15 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
             )
         _, alt = min(fitting)
         alt_score = result.scored[alt]
-        fallback = (
-            f"the fastest plan ({score.total_us:.1f} us) needs {score.memory_bytes / 2**30:.2f} GiB per "
-            f"device, more than {system_name}'s DRAM allows; took the fastest plan that fits "
-            f"({alt_score.total_us:.1f} us, {100 * (alt_score.total_us / score.total_us - 1):+.1f}% time)"
-        )
-        stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
+        if alt_score.key() < score.key():  # the memory search found a faster plan: no trade-off
+            result.assignment, result.score = alt, alt_score
+        else:
+            fallback = (
+                f"the fastest plan ({score.total_us:.1f} us) needs {score.memory_bytes / 2**30:.2f} GiB per "
+                f"device, more than {system_name}'s DRAM allows; took the fastest plan that fits "
+                f"({alt_score.total_us:.1f} us, {100 * (alt_score.total_us / score.total_us - 1):+.1f}% time)"
+            )
+            stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
         assignment, score = alt, alt_score
 
     final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
@@ -141,6 +155,7 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         memory_fallback=fallback, scored=score,
     )
     plan["propagation"] = opts.propagation
+    _note_weights(plan, opts.weights, model)
     constraints = constraints_for(groups, assignment)
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
@@ -151,6 +166,32 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         plan.setdefault("notes", []).append(kv["reason"])
     annotated = annotate(model, mesh, final.shardings, constraints)
     return Outcome(plan, annotated, final.text, model)
+
+
+def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> None:
+    """The weight formats in the plan JSON (``weight_dtype``, and ``weight_formats``: the
+    default and the per-parameter overrides tt-xla takes, role rules spelled out as name
+    globs), and the rules that named no matmul weight."""
+    plan["weight_dtype"] = weights.text()
+    if weights.is_plain:
+        return
+    overrides = {}
+    if weights.rules:
+        from shard_opt.weights import ROLES, weight_roles_of
+
+        roles = weight_roles_of(model)
+        for pattern, dtype in weights.rules:
+            if pattern in ROLES:
+                for a in model.arguments:
+                    if roles.get(a.index) == pattern:
+                        overrides[a.role] = dtype
+            else:
+                overrides[pattern] = dtype
+        missed = weights.unmatched(model.arguments, roles)
+        if missed:
+            plan.setdefault("notes", []).append(
+                f"--weight-dtype: {', '.join(missed)} named no matmul weight of {model.name}; those rules did nothing")
+    plan["weight_formats"] = {"default": weights.default, "overrides": overrides}
 
 
 KV_ROLES = re.compile(r"(k_proj|v_proj|key|value)\.weight$")
@@ -184,6 +225,17 @@ def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict) -> dict | None:
                f"head reshape on sub-axes), so attention scores need a reduction; modeled cheaper "
                f"than replicating K/V")
     return {"heads": heads, "kv_heads": kvh, "head_dim": hd, "kv_split": f, "reason": why}
+
+
+def _most_split(groups, mesh: Mesh) -> tuple[int, ...]:
+    """Every parameter group at its most-split option (the least memory per device): where
+    the memory fallback's search starts when no plan the speed search tried fits."""
+    def factor(g, o):
+        if g.by == "site" or g.kind not in ("param", "buffer"):
+            return 1
+        return math.prod(g.options[o].split_factor(d, mesh) for d in range(g.options[o].rank))
+
+    return tuple(max(range(len(g.options)), key=lambda o: (factor(g, o), -o)) for g in groups)
 
 
 def _space(groups) -> int:
@@ -252,4 +304,5 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     final = ev.run(shardings, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan["propagation"] = opts.propagation
+    _note_weights(plan, opts.weights, model)
     return Outcome(plan, annotate(model, mesh, shardings), final.text, model)

@@ -29,6 +29,7 @@ from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.collect_collectives import CollectCollectives
 from shard_opt.passes.inline_calls import inline_calls
 from shard_opt.passes.mark_fusions import mark_fusions
+from shard_opt.weights import WeightFormats, matmul_weight_roles
 from shard_opt.passes.shardy_propagate import ShardyPropagate
 from shard_opt.sharding import Mesh, TensorSharding
 
@@ -71,20 +72,26 @@ class Evaluation:
     cost: Cost
     facts: ModuleFacts
     text: str | None = None  # the propagated module with explicit collectives
+    storage: dict = field(default_factory=dict)  # argument index -> block-float format
     score: Score = field(init=False)
 
     def __post_init__(self):
         self.score = Score.of(self.cost, self.facts)
 
 
-def prepare(model: LoweredModel, pipeline: str = "tt-mlir") -> str:
-    """``model``'s module as candidates are evaluated from: with tt-mlir's pipeline its
-    calls inlined first (``inline-calls``), then its fused groups tagged (``mark-fusions``)."""
+def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
+            weights: WeightFormats | None = None) -> tuple[str, dict[int, str]]:
+    """``model``'s module as candidates are evaluated from (with tt-mlir's pipeline its
+    calls inlined first, ``inline-calls``; then its fused groups tagged, ``mark-fusions``),
+    and the block-float format of each matmul weight ``weights`` converts."""
     module = ir.parse(model.text, filename=model.name)  # fails early, naming the file
     if pipeline == "tt-mlir":
         inline_calls(module)
+    storage = {}
+    if weights is not None and not weights.is_plain:
+        storage = weights.resolve(model.arguments, matmul_weight_roles(module, model.arguments))
     mark_fusions(module, [a.kind for a in model.arguments])
-    return ir.print_module(module)
+    return ir.print_module(module), storage
 
 
 def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
@@ -139,7 +146,7 @@ class Evaluator:
 
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
                  result_shardings: dict | None = None, pipeline: str = "tt-mlir",
-                 prepared_text: str | None = None):
+                 weights: WeightFormats | None = None, prepared: tuple[str, dict] | None = None):
         self.model = model
         self.mesh = mesh
         self.system = system
@@ -151,8 +158,10 @@ class Evaluator:
         self.stats = {"evaluations": 0, "seconds": 0.0}  # in this process, shared by views
         self.uid = f"{os.getpid()}-{next(_UIDS)}"
         # the module every candidate starts from, prepared once: calls inlined (tt-mlir's
-        # pipeline starts with its inliner) and fused groups tagged (passes/mark_fusions.py)
-        self.text = prepared_text if prepared_text is not None else prepare(model, pipeline)
+        # pipeline starts with its inliner) and fused groups tagged (passes/mark_fusions.py);
+        # and the weights stored as block floats (argument index -> format)
+        self.weights = weights or WeightFormats()
+        self.text, self.storage = prepared if prepared is not None else prepare(model, pipeline, self.weights)
 
     def with_cost_model(self, cost_model) -> "Evaluator":
         view = copy.copy(self)
@@ -162,7 +171,7 @@ class Evaluator:
     def spec(self) -> tuple:
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
         return (self.uid, self.model.name, self.text, self.model.arguments, self.mesh,
-                self.system, self.cost_model, self.result_shardings, self.pipeline)
+                self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage)
 
     @property
     def seconds_each(self) -> float | None:
@@ -174,7 +183,8 @@ class Evaluator:
         applied, then ``after`` run on it: (module, pass context)."""
         module = ir.parse(self.text, filename=self.model.name)
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
-                          result_shardings=self.result_shardings, constraints=constraints or {})
+                          result_shardings=self.result_shardings, constraints=constraints or {},
+                          storage=self.storage)
         PassManager([AddMesh(), ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)
         return module, ctx
 
@@ -199,7 +209,7 @@ class Evaluator:
             text = ir.print_module(module)
             chosen = arg_shardings(ir.main_func(module))
             shardings = {**{i: s for i, s in enumerate(chosen) if s is not None}, **shardings}
-        return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text)
+        return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text, dict(self.storage))
 
     def facts(self, groups: list[Group], assignment: tuple[int, ...]) -> ModuleFacts:
         key = memo_key(groups, assignment)

@@ -36,6 +36,8 @@ class PassContext:
       constraints: site -> ``TensorSharding`` for ``apply-constraints`` (intermediate
         values, see ``passes/apply_constraints.py``).
       arguments: the frontend's argument list (names and kinds), if any.
+      storage: argument index -> the block-float format a weight is stored in on device
+        (``shard_opt.weights``); ``collect-collectives`` prices its reads at that size.
       facts: filled by ``collect-collectives``.
       cost: filled by ``annotate-costs``.
       system: hardware preset name for cost passes.
@@ -48,6 +50,7 @@ class PassContext:
     result_shardings: dict = field(default_factory=dict)
     constraints: dict = field(default_factory=dict)
     arguments: list = field(default_factory=list)
+    storage: dict = field(default_factory=dict)
     facts: object = None
     cost: object = None
     system: str | None = None

@@ -68,8 +68,11 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
     arguments = []
     for a in model.arguments:
         s = final.shardings.get(a.index) or TensorSharding.replicated(len(a.shape))
-        arguments.append({"index": a.index, "name": a.name, "kind": a.kind, "shape": list(a.shape),
-                          "dtype": a.dtype, "sharding": s.axis_names()})
+        entry = {"index": a.index, "name": a.name, "kind": a.kind, "shape": list(a.shape),
+                 "dtype": a.dtype, "sharding": s.axis_names()}
+        if a.index in final.storage:
+            entry["storage"] = final.storage[a.index]  # stored on device as a block float
+        arguments.append(entry)
     collectives = []
     times = final.cost.collective_us or [None] * len(final.facts.collectives)
     for c, t in zip(final.facts.collectives, times):

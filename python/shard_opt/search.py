@@ -69,13 +69,16 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
            parallelism: set[str], groups: list[Group] | None = None, scorer=None,
            seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True,
            exhaustive_limit: int = EXHAUSTIVE_LIMIT, exhaustive_seconds: float | None = EXHAUSTIVE_SECONDS,
-           sites: list[Group] = ()) -> SearchResult:
+           sites: list[Group] = (), objective=Score.key) -> SearchResult:
     """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``).
 
     ``sites`` (``candidates.site_groups``) are searched after the argument groups, from
     their best assignment: a constraint on an intermediate value is a refinement of an
     argument plan, and keeping it out of the first stage keeps the small spaces
-    enumerable (the exhaustive optimum is over argument groups)."""
+    enumerable (the exhaustive optimum is over argument groups).
+
+    ``objective`` orders scores (``Score.key``: time first; ``fit_first`` for the memory
+    fallback)."""
     t0 = time.monotonic()
     conv = conv_weight_indices(model)
     if groups is None:
@@ -104,19 +107,20 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         best = None
         for i in range(0, len(every), 256):
             score_all(every[i:i + 256])
-            best = min(every[:i + 256], key=lambda a: (score(a).key(), a))
+            best = min(every[:i + 256], key=lambda a: (objective(score(a)), a))
             progress.update(min(i + 256, len(every)), space, score(best))
     else:
         start = [tuple(0 for _ in groups)] + [s for s in seeds if len(s) == len(groups)]
         score_all(start)  # also times one evaluation, which decides whether workers pay
         moves = _moves(groups, scorer)
-        best = min(start, key=lambda a: (score(a).key(), a))
-        best = _local_search(best, moves, groups, scorer, score, score_all, tick, screened)
+        best = min(start, key=lambda a: (objective(score(a)), a))
+        best = _local_search(best, moves, groups, scorer, score, score_all, tick, screened, objective=objective)
     if sites:
         groups = score.groups = list(groups) + list(sites)
         best = best + tuple(0 for _ in sites)
         site_moves = _moves(groups, scorer, only=range(len(groups) - len(sites), len(groups)))
-        best = _local_search(best, site_moves, groups, scorer, score, score_all, tick, screened)
+        best = _local_search(best, site_moves, groups, scorer, score, score_all, tick, screened,
+                             objective=objective)
     neighbours = []
     for gi, g in enumerate(groups):
         for o in range(len(g.options)):
@@ -184,8 +188,13 @@ def _moves(groups: list[Group], scorer, only=None) -> list[dict[int, int]]:
     return moves
 
 
+def fit_first(s: Score) -> tuple:
+    """The memory fallback's order: plans that fit first, then the least memory, then time."""
+    return (not s.fits, 0 if s.fits else s.memory_bytes, s.key())
+
+
 def _local_search(best, moves, groups, scorer, score, score_all, tick, screened: set, *,
-                  max_rounds: int = 30, verify: int = 4, keep: int = 20):
+                  max_rounds: int = 30, verify: int = 4, keep: int = 20, objective=Score.key):
     """Best-improvement local search with cheap screening.
 
     Each round applies every active move to the current plan and ranks the results by
@@ -204,7 +213,7 @@ def _local_search(best, moves, groups, scorer, score, score_all, tick, screened:
         return tuple(cand)
 
     def key(a):
-        return (score(a).key(), a)
+        return (objective(score(a)), a)
 
     active = moves
     for _ in range(max_rounds):
@@ -213,7 +222,7 @@ def _local_search(best, moves, groups, scorer, score, score_all, tick, screened:
             break
         proxy = dict(zip(cands, scorer.screen_many(groups, cands)))
         screened.update(cands)
-        ranked = sorted(cands, key=lambda a: (proxy[a].key(), a))
+        ranked = sorted(cands, key=lambda a: (objective(proxy[a]), a))
         top = ranked[:verify]
         score_all(top)
         improving = sorted((a for a in top if key(a) < key(best)), key=key)

@@ -83,6 +83,8 @@ def emit_torch(script_source: str, plan: dict) -> str:
         AddImportsVisitor.add_needed_import(ctx, mod, obj, asname)
     if plan.get("constraints"):
         AddImportsVisitor.add_needed_import(ctx, "tt_torch.sharding", "sharding_constraint_tensor")
+    if _weight_overrides(plan):
+        AddImportsVisitor.add_needed_import(ctx, "tt_torch.weight_dtype", "apply_weight_dtype_overrides")
     AddImportsVisitor.add_needed_import(ctx, "re")
     module = AddImportsVisitor(ctx).transform_module(module)
     return module.code
@@ -161,6 +163,32 @@ def _fmt_table(entries: list[tuple[str, str, str]], indent: str = "    ") -> lis
     return lines
 
 
+def _weight_overrides(plan: dict) -> dict:
+    return ((plan.get("weight_formats") or {}).get("overrides")) or {}
+
+
+def _weight_format_lines(plan: dict) -> list[str]:
+    """tt-xla's weight-format options for the plan's --weight-dtype: the global
+    experimental_weight_dtype (tt-xla docs/source/performance.md) and per-parameter
+    overrides (tt_torch.weight_dtype.apply_weight_dtype_overrides, fnmatch globs)."""
+    from shard_opt.weights import TT_XLA_NAMES
+
+    formats = plan.get("weight_formats")
+    if not formats:
+        return []
+    lines = [f"# Matmul weights stored as block floats on the device (shard-opt --weight-dtype "
+             f"{plan.get('weight_dtype', '')}); the model must be bfloat16."]
+    if formats["default"] != "bf16":
+        lines.append(f'torch_xla.set_custom_compile_options({{"experimental_weight_dtype": '
+                     f'"{TT_XLA_NAMES[formats["default"]]}"}})')
+    overrides = _weight_overrides(plan)
+    if overrides:
+        lines.append("SHARD_OPT_WEIGHT_DTYPES = {")
+        lines += [f'    "{k}": "{TT_XLA_NAMES[v]}",' for k, v in overrides.items()]
+        lines.append("}")
+    return lines
+
+
 def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool) -> str:
     shape, axes = _plan.mesh_of(plan)
     n = 1
@@ -194,6 +222,7 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         "xr.use_spmd()",
         f"{mesh_name} = Mesh(np.arange({n}), ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
         f"({axes_text}{',' if len(axes) == 1 else ''}))",
+        *_weight_format_lines(plan),
         "",
         "# Partition spec per parameter name, or per role (layer index written *). Parameters",
         "# not listed stay replicated. PyTorch Linear.weight is [out, in].",
@@ -230,6 +259,7 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         "",
         f"def {MODEL_HELPER}(model):",
         '    """Move the model to the TT device and mark its sharded parameters."""',
+        *(["    apply_weight_dtype_overrides(model, SHARD_OPT_WEIGHT_DTYPES)"] if _weight_overrides(plan) else []),
         "    model = model.to(torch_xla.device())",
         "    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:",
         "        spec = SHARD_OPT_PARAM_SPECS.get(name, SHARD_OPT_PARAM_SPECS.get(shard_opt_role(name)))",
