@@ -20,6 +20,17 @@ config.substitutions.append((r"(?<![\w/.-])FileCheck(?![\w/.-])", f"{python} -m 
 config.substitutions.append((r"(?<![\w/.-])shard-opt(?![\w/.-])", f"{python} -m shard_opt.cli"))
 config.environment["PYTHONHASHSEED"] = "0"
 config.environment["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# The lowering cache is on by default (~/.cache/shard-opt): the suite gets a temporary one,
+# removed when lit exits, unless SHARD_OPT_CACHE is set.
+if "SHARD_OPT_CACHE" in os.environ:
+    config.environment["SHARD_OPT_CACHE"] = os.environ["SHARD_OPT_CACHE"]
+else:
+    import atexit
+    import shutil
+    import tempfile
+
+    config.environment["SHARD_OPT_CACHE"] = tempfile.mkdtemp(prefix="shard-opt-lit-cache-")
+    atexit.register(shutil.rmtree, config.environment["SHARD_OPT_CACHE"], ignore_errors=True)
 for var in ("HOME", "PATH", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]

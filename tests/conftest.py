@@ -5,6 +5,16 @@ process 8 virtual devices (numeric cross-checks need as many as the mesh has).
 """
 
 import os
+import tempfile
+
+# The lowering cache is on by default (~/.cache/shard-opt): keep the suite's entries in a
+# directory of its own, removed when the session ends, unless SHARD_OPT_CACHE says otherwise.
+if "SHARD_OPT_CACHE" not in os.environ:
+    import atexit
+    import shutil
+
+    os.environ["SHARD_OPT_CACHE"] = tempfile.mkdtemp(prefix="shard-opt-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SHARD_OPT_CACHE"], ignore_errors=True)
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()

@@ -4,18 +4,27 @@
 Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
 path of a file that reproduces it). Output files are written only on success, each
 atomically (a temporary file renamed into place).
+
+Only the standard library and ``shard_opt.errors`` / ``shard_opt.timing`` are imported
+here at start-up: jax comes with the passes, torch with a load script or zoo model,
+matplotlib with ``--report`` (``python -X importtime -m shard_opt.cli --help``).
+``SHARD_OPT_TIMINGS=FILE`` writes the wall seconds of each phase as JSON (``timing``).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import re
-import sys
-import tempfile
-import traceback
+import time
 
-from shard_opt.errors import PassError, UserError
+_CLI_START = time.perf_counter()  # python's start-up ends here; the rest of "import" follows
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402  (tests patch shard_opt.cli.tempfile)
+
+from shard_opt import timing  # noqa: E402
+from shard_opt.errors import PassError, UserError  # noqa: E402
 
 STANDARD_MESHES = {  # references/tenstorrent.md section 1 (tt-xla skill's mesh_shapes.md)
     1: ["1x1"], 2: ["1x2"], 4: ["1x4", "2x2"], 8: ["2x4", "1x8"], 32: ["8x4", "4x8"],
@@ -26,7 +35,7 @@ LONG_FLAGS = (
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
     "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
-    "weight-dtype",
+    "weight-dtype", "no-cache",
 )
 
 
@@ -81,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-collective-permute", action="store_true",
                    help="price collective_permute instead of rejecting it (tt-mlir issue 3370)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
+    p.add_argument("--no-cache", action="store_true",
+                   help="do not read or write the lowering cache for this run (default: $SHARD_OPT_CACHE, "
+                        "else $XDG_CACHE_HOME/shard-opt, else ~/.cache/shard-opt; SHARD_OPT_CACHE=off disables it)")
     return p
 
 
@@ -97,6 +109,55 @@ def _normalise(argv: list[str]) -> list[str]:
 
 def main(args: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if args is None else args)
+    started = time.perf_counter()
+    timing.reset()
+    if args is None:  # the process's entry point: python's start-up and this module's imports
+        age = timing.process_age()
+        timing.add("import", (age - (time.perf_counter() - started)) if age is not None else started - _CLI_START)
+    code = 2
+    try:
+        code = _main(argv)
+    finally:
+        path = os.environ.get(timing.ENV)
+        if path:
+            timing.write_json(path, exit_status=code, main_s=round(time.perf_counter() - started, 4),
+                              wall_s=_wall(started, args is None))
+    if args is None:
+        _exit(code)
+    return code
+
+
+def _exit(code: int) -> None:
+    """End the process now: flush, wait for threads, run the atexit handlers (worker
+    shutdown, logging), then ``os._exit``. Skips the interpreter's teardown of every module
+    and object, which with torch and jax loaded takes a second or more of a warm run."""
+    import atexit
+    import threading
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (| head): nothing more to say
+            pass
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+def _wall(started: float, whole_process: bool) -> float:
+    """Seconds since the process started (an entry-point run) or since ``main`` began."""
+    age = timing.process_age() if whole_process else None
+    return round(age if age is not None else time.perf_counter() - started, 4)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] == "verify-ir":
             return _verify_ir(argv[1:])
@@ -111,6 +172,8 @@ def main(args: list[str] | None = None) -> int:
         sys.stderr.write("shard-opt: interrupted\n")
         return 130
     except Exception as e:  # an internal error: keep the traceback in a file, not on screen
+        import traceback
+
         fd, path = tempfile.mkstemp(prefix="shard-opt-crash-", suffix=".txt")
         with os.fdopen(fd, "w") as f:
             f.write("shard-opt " + " ".join(argv) + "\n\n" + traceback.format_exc())
@@ -157,6 +220,15 @@ def _device_count(spec: str) -> int:
 def _run(argv: list[str]) -> int:
     ns = _parse(argv)
     _prepare_xla(ns)
+    if ns.no_cache:
+        from shard_opt.frontends import cache
+
+        with cache.disabled():
+            return _run_parsed(ns)
+    return _run_parsed(ns)
+
+
+def _run_parsed(ns) -> int:
     out = sys.stdout
     if ns.list_passes:
         from shard_opt.pass_manager import list_passes
@@ -177,20 +249,18 @@ def _run(argv: list[str]) -> int:
     if not axes or len(set(axes)) != len(axes) or not all(re.fullmatch(r"[A-Za-z_][\w.-]*", a) for a in axes):
         raise UserError(f"--axis-names {ns.axis_names!r}: give distinct names (letters, digits, _ . -), one per mesh "
                         f"dim, e.g. batch,model")
-    from shard_opt.sharding import Mesh
+    with timing.phase("import"):
+        from shard_opt import costmodel
+        from shard_opt.candidates import PARALLELISM
+        from shard_opt.sharding import Mesh
+        from shard_opt.weights import WeightFormats
 
     meshes = [Mesh.parse(m, axes) for m in ns.mesh]
     parallelism = tuple(p.strip() for p in ns.parallelism.split(",") if p.strip())
-    from shard_opt.candidates import PARALLELISM
-
     bad = [p for p in parallelism if p not in PARALLELISM]
     if bad or not parallelism:
         raise UserError(f"--parallelism {ns.parallelism!r}: use a comma list of {', '.join(PARALLELISM)}")
-    from shard_opt.weights import WeightFormats
-
     weights = WeightFormats.parse(ns.weight_dtype)
-    from shard_opt import costmodel
-
     costmodel.get_cost_model(ns.cost_model)  # an unknown model or option fails before any work
     for flag in ("layers", "batch", "seq_len", "devices"):
         v = getattr(ns, flag)
@@ -210,10 +280,14 @@ def _run(argv: list[str]) -> int:
     if ns.pass_pipeline:
         return _run_pipeline(ns, meshes)
 
-    from shard_opt import frontends
+    with timing.phase("import"):
+        from shard_opt import frontends
+        from shard_opt.frontends import cache
 
-    models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
-                             dtype=ns.dtype) for i in ns.inputs]
+    cache.reset_stats()
+    with timing.phase("lower"):
+        models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
+                                 dtype=ns.dtype) for i in ns.inputs]
     if ns.emit_torch:  # before the search: fail fast
         _check_torch_source(models[0])
     if ns.describe:
@@ -224,7 +298,8 @@ def _run(argv: list[str]) -> int:
                 raise UserError(f"{m.name}: no architecture map for a {m.source} input (--describe needs a load script or zoo model)")
             out.write(format_architecture(m.architecture) + "\n")
         return 0
-    from shard_opt.driver import Options, evaluate_existing, optimize
+    with timing.phase("import"):
+        from shard_opt.driver import Options, evaluate_existing
 
     opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
                    allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet,
@@ -232,18 +307,49 @@ def _run(argv: list[str]) -> int:
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")
-        outcomes = [evaluate_existing(models[0], opts)]
+        with timing.phase("optimize"):
+            outcomes = [evaluate_existing(models[0], opts)]
         plan_json = outcomes[0].plan
         main_text = outcomes[0].propagated_text
     else:
         if not meshes and not ns.devices:
             raise UserError("no target mesh: pass --mesh RxC (e.g. --mesh 2x4) or --devices N")
-        outcomes, plan_json = _optimize_all(models, opts, ns)
+        with timing.phase("optimize"):
+            outcomes, plan_json = _optimize_all(models, opts, ns)
         main_text = outcomes[0].annotated_text
 
     if ns.verify_numerics:
-        _verify_numerics(outcomes)
+        with timing.phase("verify"):
+            _verify_numerics(outcomes)
 
+    with timing.phase("emit"):
+        _emit_outputs(ns, outcomes, plan_json, main_text)
+    if not ns.quiet:
+        for o in outcomes:
+            sys.stderr.write(summary_line(o.plan) + "\n")
+        line = cache_line()
+        if line:
+            sys.stderr.write(line + "\n")
+    return 0
+
+
+def cache_line() -> str | None:
+    """Where the lowering cache lives, when this run's lowering went through it."""
+    from shard_opt.frontends import cache
+
+    root = cache.cache_dir()
+    if not root or not (cache.stats["hits"] or cache.stats["misses"]):
+        return None
+    n, size = cache.usage(root)
+    home = os.path.expanduser("~")
+    shown = "~" + root[len(home):] if home not in ("", "/") and (root + "/").startswith(home + "/") else root
+    loads = cache.stats["hits"] + cache.stats["misses"]
+    return (f"shard-opt: cache: {shown} ({n} entr{'y' if n == 1 else 'ies'}, {size / 2**20:.0f} MB; "
+            f"{cache.stats['hits']} of {loads} lowerings reused); --no-cache to skip")
+
+
+def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
+    out = sys.stdout
     files: dict[str, str | bytes] = {}
     from shard_opt.plan import dumps
 
@@ -269,10 +375,6 @@ def _run(argv: list[str]) -> int:
     _write_all({p: d for p, d in files.items() if p != "-"})
     if not ns.output and ns.plan_json != "-":
         out.write(main_text if main_text.endswith("\n") else main_text + "\n")
-    if not ns.quiet:
-        for o in outcomes:
-            sys.stderr.write(summary_line(o.plan) + "\n")
-    return 0
 
 
 def _optimize_all(models, opts, ns):
