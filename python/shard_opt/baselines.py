@@ -3,11 +3,14 @@
 - ``replicated``: nothing split; every chip runs the whole model.
 - ``megatron``: the expert tensor-parallel plan (Megatron-LM, arXiv 1909.08053
   section 3, figures 3-4), as tt-xla writes it for Llama (`examples/pytorch/llama.py`,
-  references/tenstorrent.md section 5): q/k/v/gate/up column-parallel
-  ``("model", None)``, o/down row-parallel ``(None, "model")``, KV cache split on heads.
-  Generalised to other architectures by role name (``ROLE_RULES``; stacked MoE experts
-  ``[experts, out, in]`` split on the expert dim: expert parallelism); 2-D weights with no
-  known role alternate column, row in argument order (an MLP's fc1, fc2).
+  references/tenstorrent.md section 5), found from the model's structure, whatever its
+  parameters are called (``shard_opt.structure``): each column -> row pair's column
+  weight split on its output features, its row weight on its contracted features;
+  stacked MoE experts on the expert dim (expert parallelism); an output head with no
+  partner column-parallel; each KV cache on the heads of the projection it extends. A
+  column whose features come in fewer units (heads) than the axis has devices stays
+  replicated (1-2 KV heads: Gemma-style; a device would get part of a head), and a
+  row whose columns are all replicated stays replicated too.
 - ``autoshard-heuristic``: a re-implementation of the search of tt-mlir's
   AutoShardingPass (tt-mlir PR 7517, references section 7): one mesh axis; per
   argument replicate or split one dim; arguments under 4096 elements replicated;
@@ -19,57 +22,69 @@
 
 from __future__ import annotations
 
-import re
-
 from shard_opt.candidates import Group
 from shard_opt.lowered import Argument, LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
-
-# (regex on the argument's role, dim of a [out, in] weight to split): column = 0, row = 1.
-ROLE_RULES = [
-    (r"(q_proj|k_proj|v_proj|query|key|value|qkv|c_attn|in_proj|to_q|to_k|to_v|wq|wk|wv)\.weight$", 0),
-    (r"(gate_proj|up_proj|fc1|c_fc|w1|w3|intermediate\.dense|ffn\.net\.0\.proj|mlp\.0)\.weight$", 0),
-    (r"(o_proj|out_proj|attention\.output\.dense|attn\.c_proj|to_out\.0|wo)\.weight$", 1),
-    (r"(down_proj|fc2|mlp\.c_proj|w2|output\.dense|ffn\.net\.2|mlp\.2)\.weight$", 1),
-    (r"(lm_head|embed_out)\.weight$", 0),
-    # stacked MoE experts [experts, out, in] (the MoE rewrite's names): expert parallel, whole
-    # experts per device (a column split of the packed gate|up would cut across gate and up)
-    (r"experts\.(gate_up_proj|down_proj|w1|w2|w3)$", 0),
-    (r"(q_proj|k_proj|v_proj|gate_proj|up_proj|fc1|c_fc|query|key|value)\.bias$", 0),
-]
+from shard_opt.structure import Structure, structure_of
 
 
-def megatron_role_dim(arg: Argument) -> int | None:
-    for pattern, dim in ROLE_RULES:
-        if re.search(pattern, arg.role):
-            return dim
-    return None
-
-
-def megatron_shardings(model: LoweredModel, mesh: Mesh, axis: str | None = None) -> dict[int, TensorSharding]:
+def megatron_shardings(model: LoweredModel, mesh: Mesh, axis: str | None = None,
+                       structure: Structure | None = None) -> dict[int, TensorSharding]:
     """The Megatron plan on ``axis`` (default: the last mesh axis, tt-xla's "model")."""
     axis = axis or mesh.axes[-1]
     n = mesh.axis_size(axis)
+    st = structure if structure is not None else structure_of(model)
+    rank = {a.index: len(a.shape) for a in model.arguments}
+    size = {a.index: a.shape for a in model.arguments}
     out: dict[int, TensorSharding] = {}
-    unknown_2d = []
-    for a in model.arguments:
-        rank = len(a.shape)
-        dim = None
-        if a.kind == "param":
-            dim = megatron_role_dim(a)
-            if dim is None and rank == 2:
-                unknown_2d.append(a)
-        elif a.kind == "cache" and rank == 4:
-            dim = 1  # (None, "model", None, None): heads (tt-xla llama.py)
-        if dim is not None and dim < rank and a.shape[dim] % n == 0:
-            out[a.index] = _split(rank, dim, axis)
-    if not any(a.kind == "param" and megatron_role_dim(a) is not None for a in model.arguments):
-        # no known roles: alternate column / row over the 2-D weights, in order (fc1, fc2...)
-        for i, a in enumerate(unknown_2d):
-            dim = 0 if i % 2 == 0 else 1
-            if a.shape[dim] % n == 0:
-                out[a.index] = _split(2, dim, axis)
+
+    def split(x) -> bool:
+        arg, dim = x
+        if arg in out or size[arg][dim] % n or st.units.get(x, size[arg][dim]) % n:
+            return False
+        out[arg] = _split(rank[arg], dim, axis)
+        return True
+
+    columns_split = {c for c, _, _ in st.pairs if split(c)}
+    for c, r, _ in st.pairs:
+        if c in columns_split or c[0] in out and out[c[0]] == _split(rank[c[0]], c[1], axis):
+            split(r)
+    for a, b in st.experts:
+        if split(a):
+            split(b)
+    for h in st.heads:
+        split(h)
+    for cache, col in st.caches.items():
+        if col[0] in out:
+            split(cache)
     return out
+
+
+def megatron_pairs(model: LoweredModel, structure: Structure | None = None) -> list[dict]:
+    """The pairs the Megatron baseline splits, by role: ``[{"kind", "column", "row"}]``
+    (columns sharing a row weight listed together: q, k, v -> o)."""
+    st = structure if structure is not None else structure_of(model)
+    role = {a.index: a.role for a in model.arguments}
+    by_row: dict[tuple, dict] = {}
+    for c, r, kind in st.pairs:
+        entry = by_row.setdefault((role[r[0]], kind), {"kind": kind, "column": [], "row": [role[r[0]]]})
+        if role[c[0]] not in entry["column"]:
+            entry["column"].append(role[c[0]])
+    out = list(by_row.values())
+    experts = {}
+    for a, b in st.experts:
+        experts.setdefault(role[b[0]], {"kind": "experts", "column": [], "row": [role[b[0]]]})
+        if role[a[0]] not in experts[role[b[0]]]["column"]:
+            experts[role[b[0]]]["column"].append(role[a[0]])
+    out += list(experts.values())
+    out += [{"kind": "head", "column": [role[h[0]]], "row": []} for h in dict.fromkeys(st.heads)]
+    seen, unique = set(), []
+    for p in out:
+        key = (p["kind"], tuple(p["column"]), tuple(p["row"]))
+        if key not in seen:
+            seen.add(key)
+            unique.append(p)
+    return unique
 
 
 def _split(rank: int, dim: int, axis: str) -> TensorSharding:

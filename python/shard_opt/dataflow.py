@@ -76,6 +76,7 @@ class Graph:
     """Ops and values of ``@main``'s body, in program order."""
 
     def __init__(self):
+        self.module = None
         self.nodes: list[Node] = []
         self.values: list[Value] = []
         self.args: list[int] = []  # value index of each @main argument
@@ -86,6 +87,7 @@ class Graph:
         """The graph of ``module``'s ``@main``; ``arg_kinds`` (the frontend's argument kinds)
         default to the ``shard_opt.kind`` argument attributes."""
         g = Graph()
+        g.module = module  # the nodes' operations live as long as their module
         func = ir.main_func(module)
         block = func.regions[0].blocks[0]
         ids: dict = {}
@@ -190,3 +192,151 @@ def attr_ints(text: str, key: str | None = None) -> list[int]:
     if text.startswith("array<"):
         text = text.partition(":")[2]
     return [int(x) for x in re.findall(r"-?\d+", text)]
+
+
+# ---- dim provenance ---------------------------------------------------------------------
+
+Sources = frozenset  # of (argument index, argument dim)
+_NONE: frozenset = frozenset()
+
+
+def dim_sources(g: Graph, barriers: set[int] = frozenset()) -> list[list[frozenset]]:
+    """Per value, per dim: the (argument, dim) pairs that dim is indexed by.
+
+    A dim carries the argument dims it comes from through elementwise ops, broadcasts,
+    transposes, reshapes, slices, concatenates, reductions (of the other dims), gathers,
+    convolutions and the batch and free dims of a ``dot_general`` (so a projection's
+    output features reach, through attention's per-head matmuls, the next projection's
+    contracted features). A reshape that splits a dim gives the split's major part the
+    sources (splitting features into heads x head_dim: heads carry the features; a split
+    of N devices over the features splits the heads); a merge takes the union. Results
+    of the ``barriers`` nodes (the norms: a value normalised over its features starts
+    anew) and of ops not covered carry nothing.
+    """
+    out: list[list[frozenset]] = [[_NONE] * len(v.shape) for v in g.values]
+    for i, v in enumerate(g.args):
+        out[v] = [frozenset({(i, d)}) for d in range(len(g.values[v].shape))]
+    for node in g.nodes:
+        if node.index in barriers or not node.results:
+            continue
+        r = node.results[0]
+        rank = len(g.values[r].shape)
+        res = _node_sources(g, node, out, rank)
+        if res is not None and len(res) == rank:
+            out[r] = res
+    return out
+
+
+def _node_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | None:
+    name = node.name
+    ops = node.operands
+    shape = g.values[node.results[0]].shape
+    if name in ELEMENTWISE_OPS or name in ("stablehlo.slice", "stablehlo.pad", "stablehlo.dynamic_slice",
+                                           "stablehlo.dynamic_update_slice", "stablehlo.reverse",
+                                           "sdy.sharding_constraint", "sdy.reshard", "stablehlo.concatenate",
+                                           "stablehlo.custom_call"):
+        res = [set() for _ in range(rank)]
+        for o in (ops[:1] if name in ("stablehlo.slice", "stablehlo.pad", "stablehlo.dynamic_slice",
+                                      "stablehlo.custom_call") else ops):
+            if len(out[o]) != rank:
+                continue
+            for d in range(rank):
+                if name != "stablehlo.concatenate" and g.values[o].shape[d] != shape[d] and \
+                        name not in ("stablehlo.slice", "stablehlo.pad", "stablehlo.dynamic_slice"):
+                    continue  # a broadcast scalar-like operand dim
+                res[d] |= out[o][d]
+        return [frozenset(s) for s in res]
+    if name == "stablehlo.broadcast_in_dim":
+        dims = g.ints(node, "broadcast_dimensions")
+        res = [_NONE] * rank
+        src = out[ops[0]]
+        for i, d in enumerate(dims):
+            if i < len(src) and g.values[ops[0]].shape[i] == shape[d]:
+                res[d] = src[i]
+        return res
+    if name == "stablehlo.transpose":
+        perm = g.ints(node, "permutation")
+        src = out[ops[0]]
+        return [src[p] for p in perm] if len(perm) == rank and len(src) == rank else None
+    if name == "stablehlo.reshape":
+        return _reshape_sources(g.values[ops[0]].shape, shape, out[ops[0]])
+    if name == "stablehlo.reduce":
+        dims = set(g.ints(node, "dimensions"))
+        src = out[ops[0]]
+        return [s for d, s in enumerate(src) if d not in dims]
+    if name == "stablehlo.dot_general":
+        lb, rb, lc, rc = g.dot_dims(node)
+        lhs, rhs = out[ops[0]], out[ops[1]]
+        res = [lhs[a] | rhs[b] for a, b in zip(lb, rb)]
+        res += [lhs[d] for d in range(len(lhs)) if d not in lb and d not in lc]
+        res += [rhs[d] for d in range(len(rhs)) if d not in rb and d not in rc]
+        return res
+    if name == "stablehlo.gather":
+        return _gather_sources(g, node, out, rank)
+    if name == "stablehlo.convolution":
+        return _conv_sources(g, node, out, rank)
+    return None
+
+
+def _reshape_sources(src_shape, dst_shape, src) -> list[frozenset] | None:
+    """Map dims through a reshape by blocks of equal element counts (see ``dim_sources``)."""
+    res = [_NONE] * len(dst_shape)
+    i = j = 0
+    while i < len(src_shape) or j < len(dst_shape):
+        bi, bj = [i] if i < len(src_shape) else [], [j] if j < len(dst_shape) else []
+        pi = src_shape[i] if i < len(src_shape) else 1
+        pj = dst_shape[j] if j < len(dst_shape) else 1
+        i, j = i + (i < len(src_shape)), j + (j < len(dst_shape))
+        while pi != pj:
+            if pi < pj and i < len(src_shape):
+                bi.append(i)
+                pi *= src_shape[i]
+                i += 1
+            elif pj < pi and j < len(dst_shape):
+                bj.append(j)
+                pj *= dst_shape[j]
+                j += 1
+            else:
+                return None
+        sources = frozenset().union(*(src[k] for k in bi if src_shape[k] > 1)) if bi else _NONE
+        big = [k for k in bj if dst_shape[k] > 1]
+        if big:
+            res[big[0]] = sources  # a split: the major part carries them
+    return res
+
+
+def _gather_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | None:
+    text = g.attr(node, "dimension_numbers")
+    offset = attr_ints(text, "offset_dims")
+    collapsed = set(attr_ints(text, "collapsed_slice_dims"))
+    ivd = attr_ints(text, "index_vector_dim")
+    table, indices = out[node.operands[0]], out[node.operands[1]]
+    kept = [d for d in range(len(table)) if d not in collapsed]
+    batch = [d for d in range(len(indices)) if not ivd or d != ivd[0]]
+    res = [_NONE] * rank
+    it_off, it_batch = iter(kept), iter(batch)
+    for d in range(rank):
+        if d in offset:
+            k = next(it_off, None)
+            res[d] = table[k] if k is not None else _NONE
+        else:
+            k = next(it_batch, None)
+            res[d] = indices[k] if k is not None else _NONE
+    return res
+
+
+def _conv_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | None:
+    m = re.search(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]", g.attr(node, "dimension_numbers"))
+    if not m:
+        return None
+    lhs_l, rhs_l, out_l = ([p.strip() for p in part.split(",")] for part in m.groups())
+    lhs, rhs = out[node.operands[0]], out[node.operands[1]]
+    res = [_NONE] * rank
+    for d, label in enumerate(out_l):
+        if label == "b":
+            res[d] = lhs[lhs_l.index("b")]
+        elif label == "f":
+            res[d] = rhs[rhs_l.index("o")]
+        elif label in lhs_l:
+            res[d] = lhs[lhs_l.index(label)]
+    return res

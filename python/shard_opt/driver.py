@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir
-from shard_opt.baselines import autoshard_groups, megatron_shardings
+from shard_opt.baselines import autoshard_groups, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, make_groups, site_groups
 from shard_opt.errors import UserError
 from shard_opt.evaluate import Evaluator, Score, constraints_for, shardings_for
@@ -29,6 +29,7 @@ from shard_opt.search import (
     Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
 )
 from shard_opt.sharding import Mesh, TensorSharding
+from shard_opt.structure import structure_of
 from shard_opt.weights import WeightFormats
 
 
@@ -91,7 +92,8 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     progress = Progress(model.name, stream, enabled=opts.progress)
     setting = opts.setting()
     scorer = make_scorer(model, mesh, system, cm, **setting)
-    mega = megatron_shardings(model, mesh)
+    structure = structure_of(model)
+    mega = megatron_shardings(model, mesh, structure=structure)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model))
     seeds = [assignment_of(groups, mega)]
     baselines = {}
@@ -99,6 +101,7 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         # priced first, so the search starts from the expert plan and from tt-mlir's pass's
         # plan: whatever the search finds is at least as fast as both (when representable)
         baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
+        baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         seeds.append(assignment_of(groups, autoshard))
     t0 = time.monotonic()
     sites = site_groups(model.text, meshes, set(opts.parallelism))

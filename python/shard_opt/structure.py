@@ -1,0 +1,236 @@
+"""The model's parallel structure, read from its dataflow: Megatron pairs, heads, experts.
+
+Megatron-LM (arXiv 1909.08053, section 3) splits a matmul's weight on its output
+features (column-parallel) when the next matmul contracts over exactly those features
+(row-parallel): the intermediate is never gathered and one all_reduce closes the pair.
+Which matmuls pair up is a property of the graph, not of parameter names:
+``dataflow.dim_sources`` says which argument dims each value dim is indexed by, so
+
+- a **column -> row pair** is a weight W1 whose output-feature dim indexes the
+  contracted dim of a later matmul with weight W2, through elementwise ops, reshapes
+  and attention (the per-head matmuls carry the heads as a batch dim), norms included
+  (a norm over the split features costs a small all_reduce of its statistics). Pairs
+  are closed in program order and a weight takes one role: a weight that closes a pair
+  (o_proj, down_proj) is not also the column of the next layer's projections, which
+  read the same features through the residual stream;
+- an **expert pair** (MoE) is two stacked-expert weights whose expert dim is a batch
+  dim of both matmuls: expert parallel splits that dim;
+- an **output head** is a column weight with no row partner whose result leaves the
+  model (an LM head: Megatron splits the output embedding's vocabulary);
+- a **KV cache** dim that shares a value dim with a column weight's output (the cache
+  concatenated with new keys) splits with it, so each device keeps its heads' cache;
+- the **units** of a column dim: the smallest value dim it indexes (the head count
+  after features are reshaped into heads); splitting it N ways needs N to divide them,
+  or a device would get part of a head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shard_opt import ir
+from shard_opt.dataflow import LAYOUT_OPS, Graph, dim_sources
+
+Dim = tuple[int, int]  # (argument index, dim)
+
+
+@dataclass
+class Structure:
+    """What ``find_structure`` found (argument indices of the module it read).
+
+    Attributes:
+      pairs: (column (arg, dim), row (arg, dim), kind): ``mlp`` or ``attention``.
+      experts: (first, second) stacked-expert (arg, dim) pairs split on the expert dim.
+      heads: output-head columns (arg, dim) with no row partner.
+      caches: cache (arg, dim) -> the column (arg, dim) it splits with.
+      units: column (arg, dim) -> the smallest value dim it indexes (heads).
+    """
+
+    pairs: list[tuple[Dim, Dim, str]] = field(default_factory=list)
+    experts: list[tuple[Dim, Dim]] = field(default_factory=list)
+    heads: list[Dim] = field(default_factory=list)
+    caches: dict[Dim, Dim] = field(default_factory=dict)
+    units: dict[Dim, int] = field(default_factory=dict)
+
+
+def find_structure(module, arguments) -> Structure:
+    """The Megatron structure of ``module`` (see the module docstring)."""
+    from shard_opt.passes.mark_fusions import find_groups
+
+    g = Graph.of(module, [a.kind for a in arguments])
+    attention = {n for label, members in find_groups(g) if label.startswith("sdpa") for n in members}
+    src = dim_sources(g)
+    kinds = [a.kind for a in arguments]
+
+    def weight_dims(node):
+        """(weight operand index, its argument, per operand dim: the argument's dims it
+        indexes (several where a reshape merged them, as stacked experts x features))."""
+        for i, o in enumerate(node.operands):
+            if g.is_weight(o):
+                arg = g.values[g.source(o)].arg
+                return i, arg, [{x for x in s if x[0] == arg} for s in src[o]]
+        return None
+
+    dots = []  # (node, weight operand, arg, operand dims -> arg dims, contracting, batching)
+    for node in g.nodes:
+        if node.name != "stablehlo.dot_general":
+            continue
+        found = weight_dims(node)
+        if found is None:
+            continue
+        i, arg, dims = found
+        lb, rb, lc, rc = g.dot_dims(node)
+        contract, batch = (lc, lb) if i == 0 else (rc, rb)
+        dots.append((node, i, arg, dims, contract, batch))
+
+    free: dict[Dim, int] = {}  # weight dims a matmul does not contract -> its dot node
+    for node, i, arg, dims, contract, batch in dots:
+        for d, ads in enumerate(dims):
+            if d not in contract:
+                for ad in ads:
+                    free[ad] = node.index
+
+    def size(x: Dim) -> int:
+        return g.values[g.args[x[0]]].shape[x[1]]
+
+    st = Structure()
+    rows: set[int] = set()  # weights that close a pair: not also a column (one split per weight)
+    cols: set[int] = set()
+    experts: set[int] = set()  # stacked-expert weights: split on the expert dim only
+    for node, i, arg, dims, contract, batch in dots:  # program order: each matmul as the closing one
+        act = node.operands[1 - i]
+        lb, rb, lc, rc = g.dot_dims(node)
+        act_contract, act_batch = (rc, rb) if i == 0 else (lc, lb)
+        row = next((x for d in contract for x in sorted(dims[d])), None)
+        if row is not None and arg not in cols and arg not in experts:
+            reaching = set().union(*(src[act][d] for d in act_contract))
+            for col in sorted(reaching & set(free)):
+                if col[0] == arg or col[0] in rows or col[0] in experts or col[1] != _out_dim(dots, col):
+                    continue
+                st.pairs.append((col, row, _kind(g, free[col], node.index, attention)))
+                rows.add(arg)
+                cols.add(col[0])
+        mine = next((x for d in batch for x in sorted(dims[d])), None)
+        if mine is not None:
+            reaching = set().union(*(src[act][d] for d in act_batch))
+            for other in sorted(reaching & set(free)):
+                if other[0] != arg and size(other) == size(mine):
+                    st.experts.append((other, mine))
+                    experts.update((other[0], arg))
+    paired = {c[0] for c, _, _ in st.pairs} | {r[0] for _, r, _ in st.pairs} | \
+        {x[0] for pair in st.experts for x in pair}
+    returned = _returned_nodes(g)
+    for node, i, arg, dims, contract, batch in dots:
+        col = next((x for d in range(len(dims)) if d not in contract and d not in batch
+                    for x in sorted(dims[d])), None)
+        if col is not None and arg not in paired and node.index in returned:
+            st.heads.append(col)
+    columns = {c for c, _, _ in st.pairs} | set(st.heads)
+    for v, dims in enumerate(src):
+        shape = g.values[v].shape
+        for d, s in enumerate(dims):
+            if len(s) < 2:
+                continue
+            cols = [x for x in s if x in columns]
+            for c in cols:
+                if shape[d] > 1:
+                    st.units[c] = min(st.units.get(c, shape[d]), shape[d])
+            for x in s:  # a cache dim indexed, at its own size, with a column's features
+                if kinds[x[0]] == "cache" and cols and g.values[g.args[x[0]]].shape[x[1]] == shape[d]:
+                    st.caches.setdefault(x, cols[0])
+    for v, dims in enumerate(src):  # units of columns indexed alone
+        for d, s in enumerate(dims):
+            if len(s) == 1:
+                (x,) = s
+                if x in columns and g.values[v].shape[d] > 1:
+                    st.units[x] = min(st.units.get(x, g.values[v].shape[d]), g.values[v].shape[d])
+    return st
+
+
+def _out_dim(dots, col: Dim) -> int | None:
+    """The weight dim its matmul leaves as the output features (its non-contracted,
+    non-batch dim indexing nothing else): ``col``'s dim when it is one."""
+    for node, i, arg, dims, contract, batch in dots:
+        if arg == col[0]:
+            for d, ads in enumerate(dims):
+                if d not in contract and d not in batch and len(ads) == 1:
+                    return next(iter(ads))[1]
+    return None
+
+
+def _kind(g: Graph, start: int, stop: int, attention: set[int]) -> str:
+    """``attention`` when an attention op lies between the two matmuls, else ``mlp``."""
+    seen, stack = set(), [start]
+    while stack:
+        n = stack.pop()
+        if n in seen or n > stop:
+            continue
+        seen.add(n)
+        if n in attention:
+            return "attention"
+        for r in g.nodes[n].results:
+            stack.extend(g.values[r].users)
+    return "mlp"
+
+
+def _returned_nodes(g: Graph) -> set[int]:
+    """Nodes whose result reaches ``func.return`` through layout ops only."""
+    out = set()
+    for node in g.nodes:
+        if node.name != "func.return":
+            continue
+        stack = list(node.operands)
+        while stack:
+            v = stack.pop()
+            p = g.producer(v)
+            if p is None or p.index in out:
+                continue
+            out.add(p.index)
+            if p.name in LAYOUT_OPS:
+                stack.extend(p.operands)
+    return out
+
+
+def structure_of(model) -> Structure:
+    """``find_structure`` of a ``LoweredModel`` (its 1-layer copy when it has one: the
+    structure of a layer is every layer's; arguments are then mapped back by role)."""
+    short = model
+    if model.with_layers is not None and (model.num_layers or 0) > 1:
+        short = model.with_layers(1)
+    st = find_structure(ir.parse(short.text, filename=short.name), short.arguments)
+    if short is model:
+        return st
+    return _by_role(st, short.arguments, model.arguments)
+
+
+def _by_role(st: Structure, short_args, full_args) -> Structure:
+    """Map a short model's structure onto every layer of the full model (by role)."""
+    full_by_role: dict[tuple, list[int]] = {}
+    for a in full_args:
+        full_by_role.setdefault((a.role, a.shape), []).append(a.index)
+    role = {a.index: (a.role, a.shape) for a in short_args}
+    layer = {a.index: a.layer for a in full_args}
+
+    def expand(x: Dim) -> list[Dim]:
+        return [(i, x[1]) for i in full_by_role.get(role[x[0]], [])]
+
+    def pair(x: Dim, y: Dim) -> list[tuple[Dim, Dim]]:
+        xs, ys = expand(x), expand(y)
+        if len(xs) == len(ys):  # layer by layer
+            return [(a, b) for a, b in zip(sorted(xs), sorted(ys)) if layer[a[0]] == layer[b[0]]] or list(zip(xs, ys))
+        return [(a, b) for a in xs for b in ys]
+
+    out = Structure()
+    for c, r, k in st.pairs:
+        out.pairs += [(a, b, k) for a, b in pair(c, r)]
+    for a, b in st.experts:
+        out.experts += pair(a, b)
+    for h in st.heads:
+        out.heads += expand(h)
+    for cache, col in st.caches.items():
+        for a, b in pair(cache, col):
+            out.caches[a] = b
+    for c, n in st.units.items():
+        for x in expand(c):
+            out.units[x] = n
+    return out
