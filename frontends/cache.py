@@ -22,6 +22,9 @@ an error. After each write the least recently used entries (by mtime: a hit touc
 entry) are removed until the directory holds at most ``SHARD_OPT_CACHE_MAX_MB`` (default
 2048 MiB).
 
+Entries are pickles: unpickling runs code, so the directory must be the user's own (the
+default is; a shared, world-writable ``SHARD_OPT_CACHE`` is not safe).
+
 Load scripts are not cached: what a script lowers to depends on everything it imports and
 reads (its own modules, config files, the hub), which no key here can see.
 """

@@ -198,7 +198,7 @@ def test_cli_says_where_the_cache_is(home, run_cli):
     assert code == 0, err
     lines = err.strip().splitlines()
     assert lines[-1].startswith("shard-opt: cache: ") and lines[-1].endswith("--no-cache to skip")
-    assert str(home / "xdg" / "shard-opt") in lines[-1] and "1 entry" in lines[-1]
+    assert str(home / "xdg" / "shard-opt") in lines[-1] and "(1 entry, 0.0 MB;" in lines[-1]
     assert "0 of 1 lowerings reused" in lines[-1]
     code, _, err = run_cli("zoo:mlp", "--mesh", "1x2", "-o", home / "o.mlir")
     assert "1 of 1 lowerings reused" in err

@@ -344,7 +344,8 @@ def cache_line() -> str | None:
     home = os.path.expanduser("~")
     shown = "~" + root[len(home):] if home not in ("", "/") and (root + "/").startswith(home + "/") else root
     loads = cache.stats["hits"] + cache.stats["misses"]
-    return (f"shard-opt: cache: {shown} ({n} entr{'y' if n == 1 else 'ies'}, {size / 2**20:.0f} MB; "
+    mb = size / 2**20
+    return (f"shard-opt: cache: {shown} ({n} entr{'y' if n == 1 else 'ies'}, {mb:.{1 if mb < 10 else 0}f} MB; "
             f"{cache.stats['hits']} of {loads} lowerings reused); --no-cache to skip")
 
 
