@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
+INPUTS_COMPONENT = "(model inputs)"
 
 DTYPE_BYTES = {
     "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
@@ -149,3 +151,326 @@ def shape_text(shape, dtype: str | None = None) -> str:
     if dtype:
         return f"{dims}x{dtype}" if dims else dtype
     return dims or "scalar"
+
+
+# ---------------------------------------------------------------------------------
+# Components (parameters and collectives grouped by module) and Megatron pairs
+# ---------------------------------------------------------------------------------
+
+def module_of(name: str) -> str:
+    """``model.layers.3.mlp.up_proj.weight`` -> ``model.layers.*.mlp.up_proj``."""
+    r = role(name)
+    return r.rsplit(".", 1)[0] if "." in r else r
+
+
+def _strip_index(module: str) -> str:
+    """A Sequential's numbered child is part of it: ``attn.to_out.*`` -> ``attn.to_out``."""
+    while module.endswith(".*"):
+        module = module[:-2]
+    return module
+
+
+def is_weight(a: dict) -> bool:
+    return a.get("kind", "param") in ("param", "buffer")
+
+
+def _param_modules(plan: dict) -> dict[str, str]:
+    """Modules holding the plan's parameters: raw module role -> its normalised form."""
+    out: dict[str, str] = {}
+    for a in plan.get("arguments") or []:
+        if is_weight(a):
+            m = module_of(a["name"])
+            out.setdefault(m, _strip_index(m))
+    return out
+
+
+def _block(module: str, modules) -> str:
+    """The report's component for a module: its parent when the parent is a block of leaf
+    modules (q/k/v/o inside ``self_attn``, gate/up/down inside ``mlp``), else itself. A
+    norm sitting directly in a decoder layer is its own component."""
+    if "." not in module:
+        return module
+    parent = module.rsplit(".", 1)[0]
+    under = [m for m in modules if m.startswith(parent + ".")]
+    if under and all("." not in m[len(parent) + 1:] for m in under):
+        return parent
+    return module
+
+
+def component_key(name_or_module: str | None, plan: dict, *, is_param_name: bool = False) -> str:
+    """The report component of a parameter name or a module path (layer indices as ``*``)."""
+    if not name_or_module or name_or_module.startswith("("):
+        return name_or_module or INPUTS_COMPONENT
+    raw = _param_modules(plan)
+    modules = set(raw.values())
+    m = module_of(name_or_module) if is_param_name else role(name_or_module)
+    m = raw.get(m, m)
+    return _block(m, modules)
+
+
+def arg_component(a: dict, plan: dict) -> str:
+    if not is_weight(a):
+        return INPUTS_COMPONENT
+    return component_key(a["name"], plan, is_param_name=True)
+
+
+def coll_component(c: dict, plan: dict) -> str:
+    """The component a collective is filed under: the module the plan says it belongs to
+    (``collectives[i].component``), grouped like the parameters; never re-attributed."""
+    return component_key(c.get("component"), plan)
+
+
+def coll_module(c: dict) -> str:
+    """The collective's module with layer indices as ``*`` (the budget's rows)."""
+    return component_role(c.get("component")) if c.get("component") else INPUTS_COMPONENT
+
+
+def components(plan: dict) -> "OrderedDict[str, dict]":
+    comps: OrderedDict[str, dict] = OrderedDict()
+
+    def get(key):
+        return comps.setdefault(key, {"args": [], "collectives": [], "layers": set(), "groups": []})
+
+    by_index = {a.get("index"): a for a in plan.get("arguments") or []}
+    for a in plan.get("arguments") or []:
+        entry = get(arg_component(a, plan))
+        entry["args"].append(a)
+        layer = layer_of(a["name"])
+        if layer is not None:
+            entry["layers"].add(layer)
+    for g in plan.get("groups") or []:
+        if g.get("kind") == "intermediate":
+            continue
+        members = [by_index[i] for i in g.get("members") or [] if i in by_index]
+        key = arg_component(members[0], plan) if members else component_key(g.get("role"), plan, is_param_name=True)
+        get(key)["groups"].append(g)
+    for c in collectives(plan):
+        entry = get(coll_component(c, plan))
+        entry["collectives"].append(c)
+        if c.get("layer") is not None:
+            entry["layers"].add(c["layer"])
+    return comps
+
+
+def flatten_architecture(arch) -> dict[str, dict]:
+    """path -> {"class", "flops"} from a module tree (nested ``children``) or a flat list."""
+    out: dict[str, dict] = {}
+
+    def visit(node, prefix):
+        if not isinstance(node, dict):
+            return
+        name = node.get("name", "")
+        path = node.get("path")
+        if path is None:
+            path = f"{prefix}.{name}" if prefix and name else (name or prefix)
+        out[path] = {"class": node.get("class") or node.get("type"), "flops": node.get("flops")}
+        for child in node.get("children") or []:
+            visit(child, path)
+
+    if isinstance(arch, list):
+        for node in arch:
+            visit(node, "")
+    elif isinstance(arch, dict):
+        if isinstance(arch.get("modules"), list):
+            for node in arch["modules"]:
+                visit(node, "")
+        else:
+            visit(arch, "")
+    return out
+
+
+def module_classes(plan: dict) -> dict[str, tuple[str | None, int | None]]:
+    """module role -> (class, FLOPs of one instance), from the plan's architecture map."""
+    out: dict[str, tuple] = {}
+    for path, info in flatten_architecture(plan.get("architecture")).items():
+        out.setdefault(role(path), (info.get("class"), info.get("flops")))
+    return out
+
+
+def component_arch(plan: dict, key: str) -> tuple[str | None, int | None]:
+    return module_classes(plan).get(key, (None, None))
+
+
+def io_dims(plan: dict, a: dict, classes: dict | None = None) -> tuple[int, int] | None:
+    """(output dim, input dim) of a matmul or conv weight; None for anything else.
+
+    In order: the Megatron baseline's own split of this tensor (column-parallel splits the
+    output dim, row-parallel the input dim), the module's class (``Conv1D`` is ``[in,
+    out]``), the source (JAX kernels are ``[in, out]``, PyTorch ``Linear`` ``[out, in]``).
+    """
+    shape = a.get("shape") or []
+    if len(shape) < 2:
+        return None
+    if len(shape) > 2:
+        return 0, 1  # conv [C_out, C_in, ...], stacked experts [E, ...]
+    base = (((plan.get("baselines") or {}).get("megatron") or {}).get("arguments") or {}).get(a["name"])
+    mega_pairs = ((plan.get("baselines") or {}).get("megatron") or {}).get("pairs") or []
+    if base and sum(1 for d in base if d) == 1:
+        split = 0 if base[0] else 1
+        this = role(a["name"])
+        if any(this in p.get("row") or [] for p in mega_pairs):
+            return 1 - split, split
+        return split, 1 - split
+    cls = (classes if classes is not None else module_classes(plan)).get(module_of(a["name"]), (None, None))[0]
+    if cls == "Conv1D" or plan.get("source") == "jax":
+        return 1, 0
+    return 0, 1
+
+
+def first_arg(plan: dict, name: str) -> dict | None:
+    """The first argument with this role (or name)."""
+    for a in plan.get("arguments") or []:
+        if role(a["name"]) == name or a["name"] == name:
+            return a
+    return None
+
+
+def _common_prefix(paths: list[str]) -> str:
+    parts = [p.split(".") for p in paths]
+    out = []
+    for seg in zip(*parts):
+        if len(set(seg)) != 1:
+            break
+        out.append(seg[0])
+    return ".".join(out)
+
+
+def structural_pairs(plan: dict) -> list[dict] | None:
+    """The column -> row pairs the Megatron baseline found in the dataflow
+    (``baselines.megatron.pairs``), each with the mesh axis this plan splits it on (None:
+    the plan does not use it). None for plans written before pairs were recorded."""
+    raw = ((plan.get("baselines") or {}).get("megatron") or {}).get("pairs")
+    if raw is None:
+        return None
+    classes = module_classes(plan)
+    _shape, axes = mesh_of(plan)
+    out = []
+    for p in raw:
+        cols, rows = list(p.get("column") or []), list(p.get("row") or [])
+        if not cols or not rows:
+            continue  # an output head (lm_head): column-parallel on its own, no pair
+        mods = [_strip_index(module_of(r)) for r in cols + rows]
+        block = _common_prefix(mods) or mods[0]
+
+        def leaf(r):
+            m = _strip_index(module_of(r))
+            return m[len(block) + 1:] if m.startswith(block + ".") else r.rsplit(".", 1)[-1]
+
+        entry = {"block": block, "kind": p.get("kind") or "", "axis": None,
+                 "column": list(dict.fromkeys(leaf(r) for r in cols)), "row": list(dict.fromkeys(leaf(r) for r in rows)),
+                 "column_used": [], "roles": cols + rows}
+        for axis in axes:
+            used_cols, ok = [], True
+            for r in rows:
+                a = first_arg(plan, r)
+                io = a and io_dims(plan, a, classes)
+                if not io:
+                    continue
+                s = a.get("sharding") or []
+                dim = 0 if entry["kind"] == "experts" else io[1]
+                if axis not in (s[dim] if dim < len(s) else []):
+                    ok = False
+            for r in cols:
+                a = first_arg(plan, r)
+                io = a and io_dims(plan, a, classes)
+                if not io:
+                    continue
+                s = a.get("sharding") or []
+                dim = 0 if entry["kind"] == "experts" else io[0]
+                if axis in (s[dim] if dim < len(s) else []):
+                    used_cols.append(leaf(r))
+            if ok and used_cols:
+                entry["axis"] = axis
+                entry["column_used"] = list(dict.fromkeys(used_cols))
+                break
+        out.append(entry)
+    return out
+
+
+def megatron_pairs(plan: dict) -> list[dict]:
+    """The Megatron column->row pairs this plan uses: ``[{"block", "axis", "column", "row"}]``.
+
+    From the pairs the Megatron baseline found structurally (``baselines.megatron.pairs``)
+    when the plan has them: a pair is used when its row-parallel weights are split along
+    their input dim on an axis and its column-parallel weights (those the plan splits)
+    along their output dim on the same axis. Older plans: derived from the shardings, in
+    one block, 2-D weights split along their output dim (column) and weights split on the
+    same axis along their input dim (row), the column layers first in definition order.
+    """
+    structural = structural_pairs(plan)
+    if structural is not None:
+        return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"]}
+                for p in structural if p["axis"]]
+    return _derived_pairs(plan)
+
+
+def _derived_pairs(plan: dict) -> list[dict]:
+    raw = _param_modules(plan)
+    modules = set(raw.values())
+    classes = module_classes(plan)
+    blocks: OrderedDict[str, dict] = OrderedDict()
+    seen = set()
+    for a in plan.get("arguments") or []:
+        if not is_weight(a) or len(a.get("shape") or []) != 2:
+            continue
+        r = role(a["name"])
+        if r in seen:
+            continue
+        seen.add(r)
+        module = raw.get(module_of(a["name"]), module_of(a["name"]))
+        block = module.rsplit(".", 1)[0] if "." in module else _block(module, modules)
+        out_dim, in_dim = io_dims(plan, a, classes) or (0, 1)
+        s = a.get("sharding") or [[], []]
+        out_axes, in_axes = s[out_dim], s[in_dim]
+        leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
+        b = blocks.setdefault(block, {})
+        order = a.get("index", len(seen))
+        if len(out_axes) == 1 and not in_axes:
+            b.setdefault(out_axes[0], {"column": [], "row": []})["column"].append((order, leaf))
+        elif len(in_axes) == 1 and not out_axes:
+            b.setdefault(in_axes[0], {"column": [], "row": []})["row"].append((order, leaf))
+    pairs = []
+    for block, by_axis in blocks.items():
+        for axis, cr in by_axis.items():
+            cols, rows = cr["column"], cr["row"]
+            if cols and rows and max(o for o, _ in cols) < min(o for o, _ in rows):
+                pairs.append({"block": block, "axis": axis, "column": [n for _, n in cols],
+                              "row": [n for _, n in rows]})
+    return pairs
+
+
+def pair_kind_of(plan: dict, pair: dict) -> str:
+    for p in structural_pairs(plan) or []:
+        if p["block"] == pair["block"]:
+            return p["kind"]
+    return ""
+
+
+def pairs_under(pairs: list[dict], key: str) -> list[dict]:
+    return [p for p in pairs if p["block"] == key or p["block"].startswith(key + ".") or key.startswith(p["block"] + ".")]
+
+
+def layer_scope(plan: dict) -> tuple[str, int]:
+    """(the repeated layer's role, e.g. ``model.layers.*``, and how many layers); ``("", 1)``
+    for a model without repeated layers (the whole model is one layer)."""
+    rep = (plan.get("architecture") or {}).get("repeated") if isinstance(plan.get("architecture"), dict) else None
+    if rep and rep.get("path"):
+        return rep["path"] + ".*", int(rep.get("count") or plan.get("num_layers") or 1)
+    layers = set()
+    prefix = ""
+    for a in plan.get("arguments") or []:
+        r = role(a["name"])
+        if ".*." in r:
+            prefix = prefix or r[: r.index(".*.") + 2]
+            layers.add(layer_of(a["name"]))
+    if prefix:
+        return prefix, int(plan.get("num_layers") or len(layers) or 1)
+    return "", 1
+
+
+def per_layer(cs: list[dict], n_layers: int, kind: str = "all_reduce") -> float:
+    return sum(multiplicity(c) for c in cs if c["kind"] == kind) / max(1, n_layers)
+
+
+def in_scope(path: str, prefix: str) -> bool:
+    return not prefix or path.startswith(prefix + ".")

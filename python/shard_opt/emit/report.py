@@ -1,14 +1,28 @@
 """``sharding_analysis.md``: the plan explained, in the Tenstorrent playbook's template.
 
 Sections follow the sharding-analysis skill's template (tt-xla
-``.claude/skills/sharding-model-analysis/assets/sharding_analysis_template.md``):
-1 model & target, 2 architecture (Megatron column->row pairs marked), 3 recommended
-strategy with the rejected alternatives, 4 per-component design (chosen sharding, why,
-rejected alternatives, each collective with where it comes from and why), 5 the CCL
-budget (its total equals the plan's ``cost.ccl_count`` / ``ccl_bytes``), 6 bottlenecks
-and compiler limitations, 7 sources. An appendix lists every collective in program
-order. Every figure comes from the plan; every non-trivial decision cites
-``shard_opt.emit.citations``.
+``.claude/skills/sharding-model-analysis/assets/sharding_analysis_template.md``), one
+function each, every one reading the plan JSON only (the report renders what the plan
+computed; it never prices anything itself)::
+
+    section_header            title, how the plan was computed, a memory fallback
+    section_model             1 model & target (dtype and weight formats, mesh)
+    section_architecture      2 components with their tensors; Megatron column->row pairs
+    section_strategy          3 the recommendation in one paragraph
+      section_baselines         the baselines priced beside it, why not Megatron, the search
+      section_loader_comparison the loader's own shard spec, component by component
+      section_robustness        whether it still wins when the cost model is perturbed
+    section_components        4 per component: chosen sharding, why, rejected alternatives, CCLs
+    section_ccl_budget        5 the CCL budget (its total is the plan's cost.ccl_count)
+    section_bottlenecks       6 largest CCLs, safety rules, compiler limitations
+      section_safety_rules      the rules that removed candidates, and those turned off
+    section_sources           7 the sources cited, numbered in order of use
+    section_appendix          every collective in program order
+
+Each takes ``(plan, cite)`` and returns lines; ``cite`` (a ``citations.Citer``) numbers
+the sources, and every citation is asked for by *claim*, so a sentence cites only a
+source that supports what it says (``citations.CLAIMS``). Sentences stating a computed
+fact carry no citation.
 
 ``write_ccl_chart`` draws the one picture: modeled CCL time per component, split by
 collective kind (matplotlib, Agg backend).
@@ -20,154 +34,17 @@ import os
 from collections import OrderedDict
 
 from shard_opt.emit import _plan
-from shard_opt.emit.citations import Citer
+from shard_opt.emit.citations import CITATIONS, Citer
+from shard_opt.emit._plan import component_key, megatron_pairs, structural_pairs  # noqa: F401 (re-exported)
 
 SOURCE_NAMES = {"pytorch": "PyTorch load script", "jax": "JAX function", "mlir": "StableHLO module",
                 "zoo": "shard-opt model zoo"}
-INPUTS_COMPONENT = "(model inputs)"
+INPUTS_COMPONENT = _plan.INPUTS_COMPONENT
 
 
-# ---------------------------------------------------------------------------------
-# Components: parameters and collectives grouped by module, layers collapsed
-# ---------------------------------------------------------------------------------
-
-def component_key(name_or_module: str | None, *, is_param_name: bool = False) -> str:
-    """The report's component for a parameter name or a module path.
-
-    Inside a repeated layer a projection belongs to its block
-    (``model.layers.*.mlp.up_proj`` -> ``model.layers.*.mlp``); a module sitting directly
-    in the layer (a norm) or outside the layers is its own component.
-    """
-    if not name_or_module or name_or_module.startswith("("):
-        return name_or_module or INPUTS_COMPONENT
-    r = _plan.role(name_or_module)
-    if is_param_name:
-        r = r.rsplit(".", 1)[0] if "." in r else r
-    parent = r.rsplit(".", 1)[0] if "." in r else ""
-    if "*" in parent and not parent.endswith("*"):
-        return parent
-    return r
-
-
-def _arg_component(a: dict) -> str:
-    if a.get("kind") in ("input", "cache"):
-        return INPUTS_COMPONENT
-    return component_key(a["name"], is_param_name=True)
-
-
-def _coll_component(c: dict) -> str:
-    comp = c.get("component")
-    if not comp or comp.startswith("("):
-        return comp or INPUTS_COMPONENT
-    return component_key(comp)
-
-
-def _components(plan: dict) -> "OrderedDict[str, dict]":
-    comps: OrderedDict[str, dict] = OrderedDict()
-
-    def get(key):
-        return comps.setdefault(key, {"args": [], "collectives": [], "layers": set()})
-
-    for a in plan.get("arguments") or []:
-        entry = get(_arg_component(a))
-        entry["args"].append(a)
-        layer = _plan.layer_of(a["name"])
-        if layer is not None:
-            entry["layers"].add(layer)
-    for c in _plan.collectives(plan):
-        entry = get(_coll_component(c))
-        entry["collectives"].append(c)
-        if c.get("layer") is not None:
-            entry["layers"].add(c["layer"])
-    return comps
-
-
-# ---------------------------------------------------------------------------------
-# Architecture map (optional plan["architecture"]) and Megatron pairs
-# ---------------------------------------------------------------------------------
-
-def _flatten_architecture(arch) -> dict[str, dict]:
-    """path -> {"class", "flops"} from a module tree (nested ``children``) or a flat list."""
-    out: dict[str, dict] = {}
-
-    def visit(node, prefix):
-        if not isinstance(node, dict):
-            return
-        name = node.get("name", "")
-        path = node.get("path")
-        if path is None:
-            path = f"{prefix}.{name}" if prefix and name else (name or prefix)
-        out[path] = {"class": node.get("class") or node.get("type"), "flops": node.get("flops")}
-        for child in node.get("children") or []:
-            visit(child, path)
-
-    if isinstance(arch, list):
-        for node in arch:
-            visit(node, "")
-    elif isinstance(arch, dict):
-        if isinstance(arch.get("modules"), list):
-            for node in arch["modules"]:
-                visit(node, "")
-        else:
-            visit(arch, "")
-    return out
-
-
-def _component_arch(plan: dict, key: str) -> tuple[str | None, int | None]:
-    """(class name, FLOPs of one instance) of a component, when the plan has a map."""
-    arch = _flatten_architecture(plan.get("architecture"))
-    if not arch:
-        return None, None
-    for path, info in arch.items():
-        if _plan.role(path) == key:
-            return info.get("class"), info.get("flops")
-    return None, None
-
-
-def megatron_pairs(plan: dict) -> list[dict]:
-    """Column->row pairs: in one block, 2-D weights split on an axis along their output
-    dim (column) and weights split on the same axis along their input dim (row).
-
-    The block is the module holding the projections (``model.layers.*.mlp`` for
-    ``model.layers.*.mlp.up_proj.weight``, ``mlp`` for ``mlp.up_proj.weight`` in a model
-    without repeated layers). PyTorch ``Linear.weight`` is ``[out, in]``; JAX kernels are
-    ``[in, out]``. The column layers must come before the row layers in argument
-    (definition) order, as q/k/v before o_proj and gate/up before down_proj.
-    """
-    out_dim = 1 if plan.get("source") == "jax" else 0
-    blocks: OrderedDict[str, dict] = OrderedDict()
-    seen = set()
-    for a in plan.get("arguments") or []:
-        if a.get("kind", "param") not in ("param", "buffer") or len(a.get("shape") or []) != 2:
-            continue
-        r = _plan.role(a["name"])
-        if r in seen:
-            continue
-        seen.add(r)
-        module = r.rsplit(".", 1)[0] if "." in r else r
-        block = module.rsplit(".", 1)[0] if "." in module else component_key(module)
-        s = a.get("sharding") or [[], []]
-        out_axes, in_axes = s[out_dim], s[1 - out_dim]
-        leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
-        b = blocks.setdefault(block, {})
-        order = a.get("index", len(seen))
-        if len(out_axes) == 1 and not in_axes:
-            b.setdefault(out_axes[0], {"column": [], "row": []})["column"].append((order, leaf))
-        elif len(in_axes) == 1 and not out_axes:
-            b.setdefault(in_axes[0], {"column": [], "row": []})["row"].append((order, leaf))
-    pairs = []
-    for block, by_axis in blocks.items():
-        for axis, cr in by_axis.items():
-            cols, rows = cr["column"], cr["row"]
-            if cols and rows and max(o for o, _ in cols) < min(o for o, _ in rows):
-                pairs.append({"block": block, "axis": axis, "column": [n for _, n in cols],
-                              "row": [n for _, n in rows]})
-    return pairs
-
-
-# ---------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------
+# =================================================================================
+# Small formatting helpers
+# =================================================================================
 
 def _spec_cell(sharding) -> str:
     if not _plan.is_sharded(sharding):
@@ -175,8 +52,15 @@ def _spec_cell(sharding) -> str:
     return f"`{_plan.spec_text(sharding)}`"
 
 
-def _tensor_cell(shape, dtype) -> str:
-    return f"`{_plan.shape_text(shape, dtype)}`"
+def _spec_or_text(x) -> str:
+    if isinstance(x, list):
+        return _spec_cell(x)
+    return _md(x) if x is not None else "left to propagation"
+
+
+def _tensor_cell(shape, dtype, storage=None) -> str:
+    cell = f"`{_plan.shape_text(shape, dtype)}`"
+    return cell + (f" ({storage} on device)" if storage else "")
 
 
 def _signature(c: dict) -> tuple:
@@ -205,522 +89,29 @@ def _loc_text(loc: str | None) -> str:
     return loc.replace('"', "")
 
 
-class _Report:
-    def __init__(self, plan: dict, png_path: str | None):
-        self.plan = plan
-        self.png_path = png_path
-        self.cite = Citer()
-        self.shape, self.axes = _plan.mesh_of(plan)
-        self.sizes = dict(zip(self.axes, self.shape))
-        self.cost = plan.get("cost") or {}
-        self.comps = _components(plan)
-        self.pairs = megatron_pairs(plan)
-        self.colls = _plan.collectives(plan)
-        self.lines: list[str] = []
-
-    def w(self, *lines: str) -> None:
-        self.lines.extend(lines)
-
-    # -- header ------------------------------------------------------------------
-    def header(self) -> None:
-        p = self.plan
-        self.w(f"# Sharding analysis - {p.get('model', 'model')}", "")
-        self.w("> Generated by shard-opt from its plan JSON. Every figure is computed (real Shardy "
-               f"propagation {self.cite.cite('shardy')} priced by the `{p.get('cost_model', 'tenstorrent')}` "
-               "cost model), none typed in.", "")
-        if p.get("memory_fallback"):
-            self.w("> **⚠ MEMORY FALLBACK.** The fastest plan does not fit in device DRAM, so this plan "
-                   "shards for memory and is slower than the speed-optimal one "
-                   f"{self.cite.cite('playbook')}. Reason: "
-                   f"{_md(p.get('memory_fallback_reason') or 'not given')}.", "")
-
-    # -- 1 ---------------------------------------------------------------------------
-    def model_and_target(self) -> None:
-        p = self.plan
-        n = 1
-        for s in self.shape:
-            n *= s
-        self.w("## 1. Model & target", "")
-        self.w(f"- Model / variant: {p.get('model', '?')}"
-               + (f" ({p['num_layers']} repeated layers analysed)" if p.get("num_layers") else ""))
-        src = SOURCE_NAMES.get(p.get("source"), p.get("source") or "?")
-        self.w(f"- Input: {src}" + (f" `{p['script']}`" if p.get("script") else ""))
-        run = [f"dtype {p['dtype']}" if p.get("dtype") else None,
-               f"phase {p['phase']}" if p.get("phase") else None,
-               f"batch {p['batch']}" if p.get("batch") is not None else None,
-               f"sequence length {p['seq_len']}" if p.get("seq_len") is not None else None]
-        run = [r for r in run if r]
-        if run:
-            self.w("- Workload: " + ", ".join(run))
-        mesh_desc = ", ".join(f"`{a}`={s}" for a, s in zip(self.axes, self.shape))
-        shape_t = tuple(self.shape) if len(self.shape) != 1 else (1, self.shape[0])
-        from shard_opt.sharding import TT_MLIR_SUPPORTED_MESHES  # a table, no jaxlib import
-
-        supported = shape_t in TT_MLIR_SUPPORTED_MESHES
-        self.w(f"- Devices and mesh: {n} chips as a {'x'.join(map(str, self.shape))} mesh ({mesh_desc})"
-               + (f" on `{p['system']}`" if p.get("system") else "")
-               + f"; a standard shape for {n} chips {self.cite.cite('tt_xla_mesh_shapes')}, "
-               + ("accepted" if supported else "**not accepted**")
-               + f" by tt-mlir {self.cite.cite('tt_mlir_4668')}.")
-        for m in p.get("meshes") or []:
-            if list(m.get("shape") or []) != list(self.shape):
-                self.w(f"- Also valid on: {'x'.join(map(str, m['shape']))} ({', '.join(m.get('axes') or [])})")
-        params = [a for a in p.get("arguments") or [] if a.get("kind", "param") in ("param", "buffer")]
-        total = sum(_numel(a.get("shape")) * _plan.dtype_bytes(a.get("dtype")) for a in params)
-        mem = self.cost.get("memory_per_device_bytes")
-        fits = self.cost.get("fits")
-        self.w(f"- Parameters: {len(params)} tensors, {_plan.fmt_bytes(total)} in total"
-               + (f"; modeled memory per device {_plan.fmt_bytes(mem)}" if mem else "")
-               + ("" if fits is None else (", fits in DRAM" if fits else ", **does not fit in DRAM**")) + ".")
-        self.w("")
-
-    # -- 2 ---------------------------------------------------------------------------
-    def architecture(self) -> None:
-        self.w("## 2. Architecture", "")
-        has_arch = bool(_flatten_architecture(self.plan.get("architecture")))
-        head = "| Component | Module | Layers | Parameters (shape, chosen spec) |"
-        sep = "|---|---|---|---|"
-        if has_arch:
-            head += " FLOPs per instance |"
-            sep += "---|"
-        self.w(head, sep)
-        for key, comp in self.comps.items():
-            if not comp["args"]:
-                continue
-            cls, flops = _component_arch(self.plan, key)
-            seen, cells = set(), []
-            for a in comp["args"]:
-                r = _plan.role(a["name"])
-                if r in seen:
-                    continue
-                seen.add(r)
-                leaf = r[len(key) + 1:] if r.startswith(key + ".") else r
-                cells.append(f"`{leaf}` {_plan.shape_text(a.get('shape'), a.get('dtype'))} {_spec_cell(a.get('sharding'))}")
-            row = (f"| `{key}` | {cls or ''} | {_layers_text(comp['layers']) or '-'} | "
-                   + "<br>".join(cells) + " |")
-            if has_arch:
-                row += f" {_flops_text(flops)} |"
-            self.w(row)
-        self.w("")
-        if self.pairs:
-            self.w("Megatron column→row pairs (the intermediate between them is never gathered; one "
-                   f"all_reduce closes each pair) {self.cite.cite('megatron')}:", "")
-            for pr in self.pairs:
-                self.w(f"- `{pr['block']}` on `{pr['axis']}`: column-parallel "
-                       + ", ".join(f"`{c}`" for c in pr["column"]) + " → row-parallel "
-                       + ", ".join(f"`{r}`" for r in pr["row"]))
-        else:
-            self.w("No Megatron column→row pair in this plan.")
-        self.w("")
-
-    # -- 3 ---------------------------------------------------------------------------
-    def strategy(self) -> None:
-        p, c = self.plan, self.cost
-        self.w("## 3. Recommended strategy (summary)", "")
-        count, nbytes = _plan.ccl_totals(p)
-        text = (f"**{(p.get('strategy') or 'See the per-component design').rstrip('.')}.** Modeled step "
-                f"{_plan.fmt_us(c.get('total_us'))} (compute {_plan.fmt_us(c.get('compute_us'))}, collectives "
-                f"{_plan.fmt_us(c.get('ccl_us'))}), {count} collectives moving {_plan.fmt_bytes(nbytes)} per device. "
-                f"The objective is speed: parallel compute for the fewest and smallest collectives, memory only "
-                f"as a loud fallback {self.cite.cite('playbook')}.")
-        if self.pairs:
-            text += (" Weights follow Megatron-style column→row pairs "
-                     f"{self.cite.cite('megatron', 'tt_xla_llama')}.")
-        if any(_plan.is_sharded(a.get("sharding")) for a in p.get("arguments") or []
-               if a.get("kind") in ("input", "cache")):
-            text += " Model inputs are split at the boundary, which costs nothing (each chip receives its slice)."
-        if "sequence" in (p.get("strategy") or ""):
-            text += f" Sequence parallelism follows {self.cite.cite('sequence_parallel')}."
-        self.w(text, "")
-        base = p.get("baselines") or {}
-        if base:
-            self.w("| Plan | Modeled step | vs recommended | CCLs | CCL bytes / device |", "|---|---|---|---|---|")
-            self.w(f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x | {_ccl_cells(c)} |")
-            for name, b in base.items():
-                t = (b or {}).get("total_us")
-                label = name
-                if name == "autoshard-heuristic":
-                    label = f"autoshard-heuristic (tt-mlir AutoShardingPass's heuristic {self.cite.cite('tt_mlir_7517')})"
-                elif name == "megatron":
-                    label = f"megatron (column→row on every Linear) {self.cite.cite('megatron')}"
-                self.w(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} | {_ccl_cells(b or {})} |")
-            self.w("")
-            why_not = self._why_not_megatron(base.get("megatron"))
-            if why_not:
-                self.w(why_not, "")
-        s = p.get("search") or {}
-        if s:
-            n = s.get("candidates_evaluated", "?")
-            # No wall-clock time here: the report is byte-identical across runs (the plan JSON's
-            # search.seconds and the summary line on stderr carry it).
-            self.w(f"Search: {n} candidate{'' if n == 1 else 's'} evaluated with real Shardy propagation "
-                   f"({'exhaustive' if s.get('exhaustive') else 'not exhaustive'}).", "")
-        rejected = s.get("rejected") or []
-        if rejected:
-            self.w("Rejected alternatives (whole model, as evaluated by the search):", "")
-            self.w("| Alternative | Modeled step | Slower by | CCLs | CCL bytes / device | Changed |",
-                   "|---|---|---|---|---|---|")
-            for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
-                self.w(self._rejected_row(r))
-            self.w("")
-
-    def _why_not_megatron(self, mega: dict | None) -> str | None:
-        """One sentence on why the Megatron baseline lost, from its priced cost."""
-        if not mega:
-            return None
-        t, mine = mega.get("total_us"), self.cost.get("total_us")
-        if t is None and mega.get("ccl_count") is not None:
-            # the cost model prices only collective_permute as infinite (JSON null)
-            return (f"**Why not Megatron:** Shardy inserts a collective_permute for it on this mesh, which tt-mlir "
-                    f"cannot lower {self.cite.cite('tt_mlir_3370')}, so it cannot run "
-                    f"({mega['ccl_count']} collectives in all).")
-        if t is None or mine is None or t <= mine:
-            return None
-        d_ccl = (mega.get("ccl_us") or 0) - (self.cost.get("ccl_us") or 0)
-        d_compute = (mega.get("compute_us") or 0) - (self.cost.get("compute_us") or 0)
-        if d_ccl > 0 and d_compute <= 0:
-            because = "its collectives cost more than the compute its splits save"
-        elif d_compute > 0 and d_ccl <= 0:
-            because = "the recommended plan parallelises more of the compute for the collectives it pays"
-        else:
-            because = "it pays more for collectives and parallelises less of the compute"
-        cites = []
-        if d_ccl > 0:  # each extra CCL pays a fixed synchronisation cost
-            bh = "bh" in str(self.plan.get("system", "")).lower()
-            cites.append(self.cite.cite("tt_metal_ccl_fits_bh" if bh else "tt_metal_ccl_fits_wh"))
-        cites.append(self.cite.cite("playbook"))
-        return (f"**Why not Megatron:** modeled {_plan.fmt_us(t)}, {_plan.fmt_us(t - mine)} slower per step: "
-                f"collectives {_plan.fmt_us(mega.get('ccl_us'))} ({mega.get('ccl_count', '?')} CCLs, "
-                f"{_plan.fmt_bytes(mega.get('ccl_bytes') or 0)} per device) against "
-                f"{_plan.fmt_us(self.cost.get('ccl_us'))} ({self.cost.get('ccl_count', '?')} CCLs) here, compute "
-                f"{_plan.fmt_us(mega.get('compute_us'))} against {_plan.fmt_us(self.cost.get('compute_us'))}: "
-                f"{because} {' '.join(cites)}.")
-
-    def _rejected_row(self, r: dict) -> str:
-        total = r.get("total_us")
-        base = self.cost.get("total_us")
-        delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "n/a"
-        changed = "; ".join(f"`{k}` → {_spec_cell(v)}" for k, v in (r.get("arguments_changed") or {}).items())
-        return (f"| {_md(r.get('label', '?'))} | {_plan.fmt_us(total)} | {delta} | {r.get('ccl_count', '?')} | "
-                f"{_plan.fmt_bytes(r.get('ccl_bytes') or 0)} | {changed} |")
-
-    # -- 4 ---------------------------------------------------------------------------
-    def per_component(self) -> None:
-        self.w("## 4. Per-component design", "")
-        why = {g.get("role"): g.get("why") for g in self.plan.get("groups") or []}
-        rejected = (self.plan.get("search") or {}).get("rejected") or []
-        for key, comp in self.comps.items():
-            cls, _ = _component_arch(self.plan, key)
-            layers = sorted(comp["layers"])
-            title = f"### `{key}`" + (f" ({cls})" if cls else "")
-            if len(layers) > 1:
-                title += f", {len(layers)} layers"
-            self.w(title, "")
-            self._chosen(comp)
-            self._why(key, comp, why)
-            mine = [r for r in rejected if r.get("arguments_changed") and all(
-                self._role_component(k) == key for k in r["arguments_changed"])]
-            self._rejected(mine, "none evaluated for this component alone"
-                           + (" (see the whole-model alternatives in section 3)." if rejected else "."))
-            self._ccls(comp)
-            self.w("")
-        self._sites(rejected)
-
-    def _sites(self, rejected: list) -> None:
-        """Intermediate values the search could constrain (reshapes that split heads)."""
-        sites = [g for g in self.plan.get("groups") or [] if g.get("kind") == "intermediate"]
-        if not sites:
-            return
-        self.w("### Intermediate values (sharding constraints)", "")
-        chosen = [g for g in sites if g.get("sharding") is not None]
-        if chosen:
-            self.w("- **Chosen sharding:** `sdy.sharding_constraint` after each reshape:", "")
-            self.w("  | Reshape (operand -> result) | Constraint |", "  |---|---|")
-            for g in chosen:
-                self.w(f"  | `{g['role']}` | {_spec_cell(g['sharding'])} |")
-            self.w("")
-        else:
-            self.w("- **Chosen sharding:** no constraint; Shardy propagates through every reshape unaided.")
-        self.w("- **Why:** a constraint after the reshape that splits features into heads is the hint tt-xla "
-               f"places by hand {self.cite.cite('tt_torch_constraint')}; Shardy propagates from it "
-               f"{self.cite.cite('shardy')}. Each site was priced with and without one: "
-               + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
-        keys = {g["role"] for g in sites}
-        mine = [r for r in rejected if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys]
-        self._rejected(mine, "none evaluated.")
-        self.w("- **CCLs:** a constraint's collectives are listed under the component whose op they feed.", "")
-
-    def _rejected(self, mine: list, none: str) -> None:
-        """The whole-model alternatives that changed only this part, cheapest first."""
-        if not mine:
-            self.w(f"- **Rejected alternatives:** {none}")
-            return
-        self.w("- **Rejected alternatives:**")
-        for r in sorted(mine, key=lambda r: r.get("total_us") or 0):
-            total, base = r.get("total_us"), self.cost.get("total_us")
-            delta = (f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else "")
-            self.w(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
-                   f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
-
-    def _role_component(self, role: str) -> str:
-        for a in self.plan.get("arguments") or []:
-            if a["name"] == role or _plan.role(a["name"]) == role:
-                return _arg_component(a)
-        return component_key(role, is_param_name=True)
-
-    def _chosen(self, comp: dict) -> None:
-        if not comp["args"]:
-            self.w("- **Chosen sharding:** no tensors of its own; its collectives come from its inputs.")
-            return
-        self.w("- **Chosen sharding:**", "", "  | Tensor | Shape | Partition spec | Shardy |", "  |---|---|---|---|")
-        for r, a in _first_per_role(comp["args"]):
-            kind = (_pair_kind(a.get("sharding"), self.plan.get("source"))
-                    if a.get("kind", "param") in ("param", "buffer") else "")
-            self.w(f"  | `{r}` | {_tensor_cell(a.get('shape'), a.get('dtype'))} | {_spec_cell(a.get('sharding'))}"
-                   f"{' ' + kind if kind else ''} | `{_plan.sdy_text(a.get('sharding'))}` |")
-        self.w("")
-
-    def _why(self, key: str, comp: dict, why: dict) -> None:
-        reasons = []
-        for r, a in _first_per_role(comp["args"]):
-            if why.get(r) or why.get(a["name"]):
-                reasons.append(f"`{r.rsplit('.', 1)[0] if r.count('.') else r}`: {_md(why.get(r) or why.get(a['name']))}")
-        pair = [pr for pr in self.pairs if key == pr["block"] or key.startswith(pr["block"] + ".")]
-        cites = []
-        if pair:
-            pr = pair[0]
-            reasons.insert(0, f"a Megatron column→row pair on `{pr['axis']}`: "
-                              + ", ".join(pr["column"]) + " split along their outputs, " + ", ".join(pr["row"])
-                              + " along its inputs, so the activations between them stay split and one all_reduce "
-                                "sums the partial results")
-            cites.append(self.cite.cite("megatron", "tt_xla_llama"))
-        if key == INPUTS_COMPONENT and not reasons and any(_plan.is_sharded(a.get("sharding")) for a in comp["args"]):
-            reasons.append("inputs are split at the boundary for free; the split is what the weights' layout needs")
-        if not reasons:
-            sharded = any(_plan.is_sharded(a.get("sharding")) for a in comp["args"])
-            reasons.append("split: the modeled step is fastest this way" if sharded else
-                           "replicated: splitting it does not pay for the collectives it would add "
-                           "(modeled by the search)")
-        if not cites:  # the search's own trade-off: speed first, fewest and smallest CCLs
-            cites.append(self.cite.cite("playbook"))
-        self.w("- **Why:** " + "; ".join(reasons) + (" " + " ".join(cites) if cites else "") + ".")
-
-    def _ccls(self, comp: dict) -> None:
-        cs = comp["collectives"]
-        if not cs:
-            self.w("- **CCLs:** none.")
-            return
-        by_layer: OrderedDict = OrderedDict()
-        for c in cs:
-            by_layer.setdefault(c.get("layer"), []).append(c)
-        sigs = {tuple(_signature(c) for c in v) for v in by_layer.values()}
-        layers = [k for k in by_layer if k is not None]
-        total_n = sum(_plan.multiplicity(c) for c in cs)
-        total_b = sum((c.get("bytes_per_device") or 0) * _plan.multiplicity(c) for c in cs)
-        total_t = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
-        if len(sigs) == 1 and len(layers) > 1 and None not in by_layer:
-            shown = by_layer[layers[0]]
-            note = (f" Shown for layer {layers[0]}; layers {_layers_text(layers)} have the same collectives.")
-        else:
-            shown, note = cs, ""
-        self.w(f"- **CCLs:** {total_n} in total, {_plan.fmt_bytes(total_b)} per device, modeled "
-               f"{_plan.fmt_us(total_t)}.{note}{self._kind_cites(cs)}", "")
-        self.w("  | Op | Kind | Axes | Tensor | Bytes / device | Modeled | Comes from | Why |",
-               "  |---|---|---|---|---|---|---|---|")
-        for c in shown:
-            self.w("  " + self._coll_row(c, with_component=False))
-
-    def _kind_cites(self, cs: list[dict]) -> str:
-        kinds = {c["kind"] for c in cs}
-        out = []
-        if "all_reduce" in kinds and self.pairs:
-            out.append(f" Two all_reduces per transformer layer is Megatron's forward cost {self.cite.cite('megatron')}.")
-        if "all_to_all" in kinds:
-            out.append(f" all_to_all lowers to pairwise point_to_point ops {self.cite.cite('tt_mlir_all_to_all')}.")
-        if "collective_permute" in kinds:
-            out.append(f" collective_permute does not lower in tt-mlir {self.cite.cite('tt_mlir_3370')}.")
-        if "all_slice" in kinds:
-            out.append(f" all_slice is a local slice with no traffic {self.cite.cite('tt_mlir_all_slice')}.")
-        return "".join(out)
-
-    def _coll_row(self, c: dict, *, with_component: bool) -> str:
-        axes = ", ".join(f"`{a}`" for a in c.get("axes") or []) or "-"
-        origin = _md(c.get("producer") or "?")
-        loc = _loc_text(c.get("loc"))
-        if loc:
-            origin += f" at `{_md(loc)}`"
-        if not with_component and c.get("component"):
-            origin += f" in `{c['component']}`"
-        cells = [f"#{c.get('op_index', '?')}", c["kind"], axes, _tensor_cell(c.get("shape"), c.get("dtype")),
-                 _plan.fmt_bytes(c.get("bytes_per_device") or 0), _plan.fmt_us(c.get("time_us"))]
-        if with_component:
-            cells.append(f"`{c.get('component') or INPUTS_COMPONENT}`")
-        cells += [origin, _md(c.get("reason") or "")]
-        return "| " + " | ".join(cells) + " |"
-
-    # -- 5 ---------------------------------------------------------------------------
-    def budget(self) -> None:
-        self.w("## 5. CCL budget", "")
-        rows: OrderedDict = OrderedDict()
-        for c in self.colls:
-            k = (_coll_component(c), c["kind"], tuple(c.get("axes") or []), c.get("bytes_per_device") or 0)
-            r = rows.setdefault(k, [0, 0.0])
-            r[0] += _plan.multiplicity(c)
-            r[1] += (c.get("time_us") or 0) * _plan.multiplicity(c)
-        self.w("| Component | Collective | Axes | Count | Size per device (each) | Bytes per device | Modeled time |",
-               "|---|---|---|---|---|---|---|")
-        for (comp, kind, axes, b), (n, t) in rows.items():
-            self.w(f"| `{comp}` | {kind} | {', '.join(axes) or '-'} | {n} | {_plan.fmt_bytes(b)} | {b * n} | "
-                   f"{_plan.fmt_us(t)} |")
-        count, nbytes = _plan.ccl_totals(self.plan)
-        t_total = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in self.colls)
-        self.w(f"| **Total** | | | **{count}** | | **{nbytes}** ({_plan.fmt_bytes(nbytes)}) | "
-               f"**{_plan.fmt_us(t_total)}** |", "")
-        pc, pb = self.cost.get("ccl_count"), self.cost.get("ccl_bytes")
-        if (pc is not None and pc != count) or (pb is not None and pb != nbytes):
-            self.w(f"> **Note:** the listed collectives add up to {count} / {nbytes} bytes but the plan's cost says "
-                   f"{pc} / {pb} bytes; the plan JSON is inconsistent.", "")
-        fits = "tt_metal_ccl_fits_bh" if "bh" in str(self.plan.get("system", "")).lower() else "tt_metal_ccl_fits_wh"
-        self.w(f"Sizes are each collective's per-device operand (bytes_per_device, the `b` of the tt-metal fits); "
-               f"the bytes on the busiest link follow the tt-metal formulas {self.cite.cite('tt_metal_ccl_bandwidth')} "
-               f"and the times the fitted latency models {self.cite.cite(fits)}: every CCL also pays a fixed "
-               "synchronisation cost, which is why the count matters as much as the bytes.", "")
-        if self.png_path:
-            self.w(f"![Modeled CCL time per component]({self.png_path})", "")
-
-    # -- 6 ---------------------------------------------------------------------------
-    def bottlenecks(self) -> None:
-        p = self.plan
-        self.w("## 6. Bottlenecks & compiler limitations", "")
-        c = self.cost
-        if c.get("total_us"):
-            share = (c.get("ccl_us") or 0) / c["total_us"] * 100
-            self.w(f"- Collectives take {share:.0f}% of the modeled step "
-                   f"({_plan.fmt_us(c.get('ccl_us'))} of {_plan.fmt_us(c.get('total_us'))}).")
-        top = sorted(self.colls, key=lambda x: -(x.get("time_us") or 0))[:3]
-        for x in top:
-            self.w(f"- Largest: {x['kind']} over {', '.join(x.get('axes') or [])} of "
-                   f"{_tensor_cell(x.get('shape'), x.get('dtype'))} at op #{x.get('op_index', '?')} in "
-                   f"`{x.get('component') or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.get('bytes_per_device') or 0)} "
-                   f"per device, {_plan.fmt_us(x.get('time_us'))}.")
-        if p.get("memory_fallback"):
-            self.w(f"- **Memory fallback taken**: {_md(p.get('memory_fallback_reason') or '')} "
-                   f"{self.cite.cite('playbook')}")
-        self.w("")
-        hits, checked = limitations(p, self.cite)
-        self.w("Compiler limitations:", "")
-        if hits:
-            for h in hits:
-                self.w(f"- {h}")
-        else:
-            self.w("- None of the known limitations applies to this plan.")
-        if checked:
-            self.w(f"- Checked, not hit: {', '.join(checked)}.")
-        for note in p.get("notes") or []:
-            self.w(f"- Note: {_md(note)}")
-        self.w("")
-
-    # -- 7 + appendix ----------------------------------------------------------------
-    def appendix(self) -> None:
-        if not self.colls:
-            return
-        self.w("## Appendix A. Every collective, in program order", "")
-        self.w("| Op | Kind | Axes | Tensor | Bytes / device | Modeled | Component | Comes from | Why |",
-               "|---|---|---|---|---|---|---|---|---|")
-        for c in self.colls:
-            self.w(self._coll_row(c, with_component=True))
-        self.w("")
-
-    def sources(self) -> None:
-        self.w("## 7. Sources", "")
-        self.w("Cited above by number; each restates a fact from the project's reference notes.", "")
-        self.w(self.cite.table(), "")
-
-    def render(self) -> str:
-        self.header()
-        self.model_and_target()
-        self.architecture()
-        self.strategy()
-        self.per_component()
-        self.budget()
-        self.bottlenecks()
-        body, self.lines = self.lines, []
-        self.appendix()  # printed after the sources; it cites nothing new
-        appendix, self.lines = self.lines, body
-        self.sources()
-        return "\n".join(self.lines + appendix).rstrip() + "\n"
+def _leaf(role: str, key: str) -> str:
+    return role[len(key) + 1:] if role.startswith(key + ".") else role
 
 
-def limitations(plan: dict, cite: Citer) -> tuple[list[str], list[str]]:
-    """(limitations this plan hits, names of the ones checked and not hit)."""
-    shape, _axes = _plan.mesh_of(plan)
-    cs = _plan.collectives(plan)
-    kinds = {c["kind"] for c in cs}
-    hits, checked = [], []
-
-    def rule(name: str, hit: bool, text):
-        # text is a callable so that only the limitations hit cite their sources
-        (hits.append(text()) if hit else checked.append(name))
-
-    rule("collective_permute", "collective_permute" in kinds,
-         lambda: f"**collective_permute is not lowered by tt-mlir** (\"not implemented yet\") {cite.cite('tt_mlir_3370')}: "
-         "this plan will not compile until that is fixed; choose an alternative.")
-    rule("all_to_all", "all_to_all" in kinds,
-         lambda: f"all_to_all lowers to N*(N-1) pairwise point_to_point ops plus a concat, slower than its byte count "
-         f"suggests {cite.cite('tt_mlir_all_to_all')}.")
-    bf16_rs = any(c["kind"] == "reduce_scatter" and c.get("dtype") == "bf16" for c in cs)
-    rule("bf16 reduce_scatter", bf16_rs,
-         lambda: f"bf16 reduce_scatter loses precision {cite.cite('tt_metal_36749_37884')}: check the PCC.")
-    ar_slice = _all_reduce_then_slice(cs)
-    rule("all_reduce+all_slice fusion", ar_slice,
-         lambda: f"tt-mlir fuses an all_reduce followed by an all_slice on the same axes into one reduce_scatter "
-         f"{cite.cite('tt_mlir_6843')}: the TTIR will show fewer, different CCLs (verify-ir counts them as "
-         "equivalent).")
-    line_ar = any(c["kind"] == "all_reduce" for c in cs)
-    rule("all_reduce on a line fabric", line_ar,
-         lambda: f"Watch: all_reduce on a 1-D line fabric has given low PCC {cite.cite('tt_metal_33540')}: compare against the "
-         f"unsharded model. It lowers to a native ttnn.all_reduce {cite.cite('tt_mlir_8961')}.")
-    galaxy_1x32 = tuple(shape) in ((1, 32), (32,)) and line_ar
-    rule("Galaxy 1x32 all_reduce", galaxy_1x32,
-         lambda: f"**all_reduce on a 1x32 Galaxy mesh hangs** {cite.cite('tt_metal_43749')}: use 8x4 or 4x8.")
-    from shard_opt.sharding import TT_MLIR_SUPPORTED_MESHES
-
-    shape_t = tuple(shape) if len(shape) != 1 else (1, shape[0])
-    rule("supported mesh", shape_t not in TT_MLIR_SUPPORTED_MESHES,
-         lambda: f"**mesh {'x'.join(map(str, shape))} is not one tt-mlir accepts** (\"Mesh is not valid\") "
-         f"{cite.cite('tt_mlir_4668')}.")
-    n1 = len(shape) == 2 and shape[1] == 1 and shape[0] > 1
-    sharded_out = any(_plan.is_sharded(r.get("sharding")) for r in plan.get("results") or [])
-    rule("output constraint on an (N,1) mesh", n1 and sharded_out,
-         lambda: f"an output sharding constraint on an (N,1) mesh is broken {cite.cite('tt_xla_2975')}.")
-    rule("sharded reshape", bool(plan.get("constraints")),
-         lambda: f"intermediate constraints are written as a replicated-then-sharded pair, the workaround for sharded "
-         f"reshapes {cite.cite('tt_xla_3643', 'tt_torch_constraint')}.")
-    conv_spatial = False
-    for a in plan.get("arguments") or []:
-        s = a.get("sharding") or []
-        if "conv" in a["name"].lower() and len(s) >= 4 and any(s[2:]):
-            conv_spatial = True
-    rule("spatial conv sharding", conv_spatial,
-         lambda: f"**a convolution is split on a spatial dim**, which needs a halo exchange tt-mlir does not expose; shard "
-         f"channels instead {cite.cite('tt_mlir_8216')}.")
-    return hits, checked
+def _first_per_role(args: list[dict]):
+    """(role, argument) for the first argument of each role, in order."""
+    seen = set()
+    for a in args:
+        r = _plan.role(a["name"])
+        if r not in seen:
+            seen.add(r)
+            yield r, a
 
 
-def _all_reduce_then_slice(cs: list[dict]) -> bool:
-    for a, b in zip(cs, cs[1:]):
-        if a["kind"] == "all_reduce" and b["kind"] == "all_slice" and set(a.get("axes") or []) == set(b.get("axes") or []):
-            return True
-    return False
-
-
-def _pair_kind(sharding, source) -> str:
-    if not sharding or len(sharding) != 2:
+def _pair_kind(plan: dict, a: dict, classes: dict) -> str:
+    s = a.get("sharding") or []
+    io = _plan.io_dims(plan, a, classes)
+    if not io or len(s) != 2:
         return ""
-    out_dim = 1 if source == "jax" else 0
-    if sharding[out_dim] and not sharding[1 - out_dim]:
+    out_dim, in_dim = io
+    if s[out_dim] and not s[in_dim]:
         return "(column-parallel)"
-    if sharding[1 - out_dim] and not sharding[out_dim]:
+    if s[in_dim] and not s[out_dim]:
         return "(row-parallel)"
     return ""
 
@@ -753,6 +144,874 @@ def _ratio(t, base) -> str:
     return f"{t / base:.2f}x"
 
 
+def _signed_us(x) -> str:
+    if x is None:
+        return "n/a"
+    return ("+" if x >= 0 else "-") + _plan.fmt_us(abs(x))
+
+
+def _is_blackhole(plan: dict) -> bool:
+    return "bh" in str(plan.get("system", "")).lower()
+
+
+def _fits_claim(plan: dict) -> str:
+    return "ccl-fits-blackhole" if _is_blackhole(plan) else "ccl-fits-wormhole"
+
+
+def _supported_mesh(shape) -> bool:
+    from shard_opt.sharding import TT_MLIR_SUPPORTED_MESHES  # a table, no jaxlib import
+
+    shape_t = tuple(shape) if len(shape) != 1 else (1, shape[0])
+    return shape_t in TT_MLIR_SUPPORTED_MESHES
+
+
+# =================================================================================
+# Sections
+# =================================================================================
+
+COST_PROFILES = {
+    # cost model name -> (what it prices, claim its sentence cites, or None)
+    "tenstorrent": ("the program tt-xla runs today: the plain TTNN collectives tt-mlir emits, each priced by "
+                    "tt-metal's fitted latency model", "fits"),
+    "tenstorrent-tuned": ("what tt-metal's hand-written models reach: persistent collectives fitted to the "
+                          "Llama-70B Galaxy decode kernels", "tuned-ccl-profile"),
+    "alpha-beta": ("a textbook alpha-beta model, not calibrated to Tenstorrent hardware", None),
+    "autoshard-heuristic": ("tt-mlir AutoShardingPass's heuristic score", "autoshard-pass"),
+}
+
+
+def section_header(plan: dict, cite: Citer) -> list[str]:
+    p = plan
+    out = [f"# Sharding analysis - {p.get('model', 'model')}", ""]
+    prop = p.get("propagation")
+    if prop == "tt-mlir":
+        how = cite.sentence("tt-mlir-pipeline", "Collectives come from Shardy propagation run as tt-mlir's "
+                            "StableHLO pipeline runs it (user priority, conservative propagation, explicit "
+                            "reshards, ShardyCCLCanonicalization)")
+    elif prop == "sdy":
+        how = (cite.sentence("shardy-propagation", "Collectives come from Shardy's own propagation pipeline")
+               + " It is not tt-mlir's pipeline: the device may execute different collectives.")
+    else:
+        how = cite.sentence("shardy-propagation", "Collectives come from real Shardy propagation")
+    name = p.get("cost_model") or "tenstorrent"
+    base = str(name).partition(":")[0]
+    what, claim = COST_PROFILES.get(base, (None, None))
+    if what:
+        text = f"Priced by the `{name}` cost profile, {what}"
+        priced = cite.sentence(_fits_claim(p) if claim == "fits" else claim, text) if claim else text + "."
+    else:
+        priced = f"Priced by the `{name}` cost model."
+    out += [f"> Generated by shard-opt from its plan JSON; every figure is computed, none typed in. {how} {priced}", ""]
+    if p.get("memory_fallback"):
+        out += ["> **⚠ MEMORY FALLBACK.** The fastest plan does not fit in device DRAM, so this plan "
+                "shards for memory and is slower than the speed-optimal one. "
+                + cite.sentence("memory-loud-fallback", "The playbook shards for memory only as a loud fallback")
+                + f" Reason: {_md(p.get('memory_fallback_reason') or 'not given')}.", ""]
+    return out
+
+
+def section_model(plan: dict, cite: Citer) -> list[str]:
+    p = plan
+    shape, axes = _plan.mesh_of(p)
+    cost = p.get("cost") or {}
+    n = _numel(shape)
+    out = ["## 1. Model & target", ""]
+    out.append(f"- Model / variant: {p.get('model', '?')}"
+               + (f" ({p['num_layers']} repeated layers analysed)" if p.get("num_layers") else ""))
+    src = SOURCE_NAMES.get(p.get("source"), p.get("source") or "?")
+    out.append(f"- Input: {src}" + (f" `{p['script']}`" if p.get("script") else ""))
+    run = [f"dtype {p['dtype']}" if p.get("dtype") else None,
+           f"phase {p['phase']}" if p.get("phase") else None,
+           f"batch {p['batch']}" if p.get("batch") is not None else None,
+           f"sequence length {p['seq_len']}" if p.get("seq_len") is not None else None]
+    run = [r for r in run if r]
+    if run:
+        out.append("- Workload: " + ", ".join(run))
+    wd = p.get("weight_dtype")
+    stored = sorted({a["storage"] for a in p.get("arguments") or [] if a.get("storage")})
+    if wd and (wd != "bf16" or stored):
+        n_stored = sum(1 for a in p.get("arguments") or [] if a.get("storage"))
+        out.append("- Weights on device: " + cite.sentence(
+            "block-float-weights", f"`--weight-dtype {wd}`: {n_stored} matmul weights stored as block floats "
+            f"({', '.join(stored) or 'none'})"))
+    mesh_desc = ", ".join(f"`{a}`={s}" for a, s in zip(axes, shape))
+    supported = _supported_mesh(shape)
+    standard = cite.for_claim("standard-mesh", f"a standard shape for {n} chips")
+    accepted = cite.for_claim("tt-mlir-supported-mesh", ("accepted" if supported else "**not accepted**") + " by tt-mlir")
+    out.append(f"- Devices and mesh: {n} chips as a {'x'.join(map(str, shape))} mesh ({mesh_desc})"
+               + (f" on `{p['system']}`" if p.get("system") else "")
+               + f"; a standard shape for {n} chips {standard}, "
+               + ("accepted" if supported else "**not accepted**") + f" by tt-mlir {accepted}.")
+    for m in p.get("meshes") or []:
+        if list(m.get("shape") or []) != list(shape):
+            out.append(f"- Also valid on: {'x'.join(map(str, m['shape']))} ({', '.join(m.get('axes') or [])})")
+    params = [a for a in p.get("arguments") or [] if _plan.is_weight(a)]
+    total = sum(_numel(a.get("shape")) * _plan.dtype_bytes(a.get("dtype")) for a in params)
+    mem = cost.get("memory_per_device_bytes")
+    fits = cost.get("fits")
+    out.append(f"- Parameters: {len(params)} tensors, {_plan.fmt_bytes(total)} in total (as {p.get('dtype') or 'given'})"
+               + (f"; modeled memory per device {_plan.fmt_bytes(mem)}" if mem else "")
+               + ("" if fits is None else (", fits in DRAM" if fits else ", **does not fit in DRAM**")) + ".")
+    out.append("")
+    return out
+
+
+def section_architecture(plan: dict, cite: Citer) -> list[str]:
+    out = ["## 2. Architecture", ""]
+    classes = _plan.module_classes(plan)
+    has_arch = bool(classes)
+    head = "| Component | Module | Layers | Parameters (shape, chosen spec) |"
+    sep = "|---|---|---|---|"
+    if has_arch:
+        head += " FLOPs per instance |"
+        sep += "---|"
+    out += [head, sep]
+    for key, comp in _plan.components(plan).items():
+        if not comp["args"]:
+            continue
+        cls, flops = classes.get(key, (None, None))
+        cells = []
+        for r, a in _first_per_role(comp["args"]):
+            stored = f" ({a['storage']})" if a.get("storage") else ""
+            cells.append(f"`{_leaf(r, key)}` {_plan.shape_text(a.get('shape'), a.get('dtype'))}{stored} "
+                         f"{_spec_cell(a.get('sharding'))}")
+        row = f"| `{key}` | {cls or ''} | {_layers_text(comp['layers']) or '-'} | " + "<br>".join(cells) + " |"
+        if has_arch:
+            row += f" {_flops_text(flops)} |"
+        out.append(row)
+    out.append("")
+    pairs = megatron_pairs(plan)
+    if pairs:
+        out += [cite.sentence("megatron-pair", "Megatron column→row pairs (the intermediate between them is never "
+                              "gathered; one all_reduce closes each pair)", end=":"), ""]
+        for pr in pairs:
+            kind = _plan.pair_kind_of(plan, pr)
+            out.append(f"- `{pr['block']}` on `{pr['axis']}`: column-parallel "
+                       + ", ".join(f"`{c}`" for c in pr["column"]) + " → row-parallel "
+                       + ", ".join(f"`{r}`" for r in pr["row"]) + (f" ({kind})" if kind else ""))
+    else:
+        out.append("No Megatron column→row pair in this plan.")
+    unused = [p for p in structural_pairs(plan) or [] if not p["axis"]]
+    if unused:
+        mega = ((plan.get("baselines") or {}).get("megatron") or {}).get("arguments")
+        split_roles = {_plan.role(n) for n, s in (mega or {}).items() if _plan.is_sharded(s)}
+        out += ["", "Column→row structure found in the dataflow that this plan leaves unsplit:", ""]
+        for p in unused:
+            note = ""
+            if mega is not None:
+                note = ("; the Megatron baseline splits it" if set(p["roles"]) & split_roles else
+                        "; the Megatron baseline leaves it unsplit too")
+            out.append(f"- `{p['block']}`" + (f" ({p['kind']})" if p["kind"] else "") + ": "
+                       + ", ".join(f"`{c}`" for c in p["column"]) + " → " + ", ".join(f"`{r}`" for r in p["row"])
+                       + note)
+    prefix, n_layers = _plan.layer_scope(plan)
+    in_layer = [p for p in pairs if _plan.in_scope(p["block"], prefix)]
+    closing = [c for c in _plan.collectives(plan)
+               if _plan.pairs_under(in_layer, _plan.coll_component(c, plan)) and _plan.in_scope(_plan.coll_module(c), prefix)]
+    if (len(in_layer) == 2 and _plan.per_layer(closing, n_layers) == 2
+            and _layer_all_reduces(plan, prefix, n_layers) == 2):
+        where = "Each layer" if prefix else "The model"
+        out += ["", cite.sentence("megatron-two-allreduce", f"{where} pays two all_reduces, one per pair: Megatron's "
+                                  "two all-reduces per transformer layer in the forward pass")]
+    out.append("")
+    return out
+
+
+def _layer_all_reduces(plan: dict, prefix: str, n_layers: int) -> float:
+    """all_reduces per repeated layer: the plan's one-layer bill (``layer_collectives``) when
+    it has one, else the listed collectives inside the layers divided by their number."""
+    if plan.get("layer_collectives") is not None and prefix:
+        return sum(1 for c in plan["layer_collectives"] if c.get("kind") == "all_reduce")
+    ars = [c for c in _plan.collectives(plan) if _plan.in_scope(_plan.coll_module(c), prefix)]
+    return _plan.per_layer(ars, n_layers)
+
+
+def section_strategy(plan: dict, cite: Citer) -> list[str]:
+    p, c = plan, plan.get("cost") or {}
+    out = ["## 3. Recommended strategy (summary)", ""]
+    count, nbytes = _plan.ccl_totals(p)
+    text = (f"**{(p.get('strategy') or 'See the per-component design').rstrip('.')}.** Modeled step "
+            f"{_plan.fmt_us(c.get('total_us'))} (compute {_plan.fmt_us(c.get('compute_us'))}, collectives "
+            f"{_plan.fmt_us(c.get('ccl_us'))}), {count} collectives moving {_plan.fmt_bytes(nbytes)} per device. "
+            + cite.sentence("speed-objective", "The objective is speed: parallel compute for the fewest and smallest "
+                            "collectives, memory only as a loud fallback"))
+    if megatron_pairs(p):
+        text += " " + cite.sentence("megatron-pair", "Weights follow Megatron-style column→row pairs")
+    if any(_plan.is_sharded(a.get("sharding")) for a in p.get("arguments") or [] if not _plan.is_weight(a)):
+        text += " Model inputs are split at the boundary, which costs nothing (each chip receives its slice)."
+    cs = _plan.collectives(p)
+    rs_axes = {tuple(x.get("axes") or []) for x in cs if x["kind"] == "reduce_scatter"}
+    ag_axes = {tuple(x.get("axes") or []) for x in cs if x["kind"] == "all_gather"}
+    if rs_axes & ag_axes:
+        text += " " + cite.sentence("allreduce-decomposition", "A reduce_scatter and a later all_gather on the same "
+                                    "axes move what one all_reduce would (the sequence-parallel form)")
+    out += [text, ""]
+    return out
+
+
+def section_baselines(plan: dict, cite: Citer) -> list[str]:
+    p, c = plan, plan.get("cost") or {}
+    out: list[str] = []
+    base = p.get("baselines") or {}
+    if base:
+        out += ["| Plan | Modeled step | vs recommended | CCLs | CCL bytes / device |", "|---|---|---|---|---|",
+                f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x | {_ccl_cells(c)} |"]
+        for name, b in base.items():
+            b = b or {}
+            t = b.get("total_us")
+            label = name
+            if name == "autoshard-heuristic":
+                about = "autoshard-heuristic (tt-mlir AutoShardingPass's heuristic"
+                label = f"{about} {cite.for_claim('autoshard-pass', about)})"
+            elif name == "megatron":
+                about = "megatron (column→row on every matmul pair)"
+                label = f"{about} {cite.for_claim('megatron-pair', about)}"
+            elif name == "loader-spec":
+                about = "loader-spec (the loader's own load_shard_spec"
+                label = f"{about} {cite.for_claim('loader-spec', about)})"
+            out.append(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} | {_ccl_cells(b)} |")
+        out.append("")
+        why_not = _why_not_megatron(p, base.get("megatron"), cite)
+        if why_not:
+            out += [why_not, ""]
+    s = p.get("search") or {}
+    if s:
+        n = s.get("candidates_evaluated", "?")
+        # No wall-clock time here: the report is byte-identical across runs (the plan JSON's
+        # search.seconds and the summary line on stderr carry it).
+        out += [f"Search: {n} candidate{'' if n == 1 else 's'} evaluated with real Shardy propagation "
+                f"({'exhaustive' if s.get('exhaustive') else 'not exhaustive'}).", ""]
+    rejected = s.get("rejected") or []
+    if rejected:
+        out += ["Rejected alternatives (whole model, as evaluated by the search):", "",
+                "| Alternative | Modeled step | Slower by | CCLs | CCL bytes / device | Changed |",
+                "|---|---|---|---|---|---|"]
+        for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
+            total = r.get("total_us")
+            delta = _signed_us(total - c["total_us"]) if total is not None and c.get("total_us") is not None else "n/a"
+            changed = "; ".join(f"`{k}` → {_spec_cell(v)}" for k, v in (r.get("arguments_changed") or {}).items())
+            out.append(f"| {_md(r.get('label', '?'))} | {_plan.fmt_us(total)} | {delta} | {r.get('ccl_count', '?')} | "
+                       f"{_plan.fmt_bytes(r.get('ccl_bytes') or 0)} | {changed} |")
+        out.append("")
+    return out
+
+
+def _why_not_megatron(plan: dict, mega: dict | None, cite: Citer) -> str | None:
+    """Why the Megatron baseline lost, from its priced cost."""
+    if not mega:
+        return None
+    cost = plan.get("cost") or {}
+    t, mine = mega.get("total_us"), cost.get("total_us")
+    if t is None and mega.get("ccl_count") is not None:
+        # the cost model prices only collective_permute as infinite (JSON null)
+        return ("**Why not Megatron:** " + cite.sentence(
+            "collective-permute-unsupported", "Shardy inserts a collective_permute for it on this mesh, which "
+            "tt-mlir cannot lower") + f" So it cannot run ({mega['ccl_count']} collectives in all).")
+    if t is not None and mine and abs(t - mine) <= 1e-4 * mine:
+        return (f"**Megatron:** the Megatron baseline costs what the recommendation does ({_plan.fmt_us(t)}, "
+                f"{mega.get('ccl_count', '?')} CCLs).")
+    if t is None or mine is None or t <= mine:
+        return None
+    d_ccl = (mega.get("ccl_us") or 0) - (cost.get("ccl_us") or 0)
+    d_compute = (mega.get("compute_us") or 0) - (cost.get("compute_us") or 0)
+    if d_ccl > 0 and d_compute <= 0:
+        because = "its collectives cost more than the compute its splits save"
+    elif d_compute > 0 and d_ccl <= 0:
+        because = "the recommended plan parallelises more of the compute for the collectives it pays"
+    else:
+        because = "it pays more for collectives and parallelises less of the compute"
+    text = (f"**Why not Megatron:** modeled {_plan.fmt_us(t)}, {_plan.fmt_us(t - mine)} slower per step: "
+            f"collectives {_plan.fmt_us(mega.get('ccl_us'))} ({mega.get('ccl_count', '?')} CCLs, "
+            f"{_plan.fmt_bytes(mega.get('ccl_bytes') or 0)} per device) against "
+            f"{_plan.fmt_us(cost.get('ccl_us'))} ({cost.get('ccl_count', '?')} CCLs) here, compute "
+            f"{_plan.fmt_us(mega.get('compute_us'))} against {_plan.fmt_us(cost.get('compute_us'))}: {because}.")
+    if d_ccl > 0:  # each extra CCL pays a fixed synchronisation cost
+        text += " " + cite.sentence(_fits_claim(plan), "Every collective pays a fixed synchronisation cost on "
+                                    "top of its bytes")
+    text += " " + cite.sentence("speed-objective", "The playbook's objective is the fastest step, not the most splits")
+    return text
+
+
+def section_loader_comparison(plan: dict, cite: Citer) -> list[str]:
+    spec = (plan.get("baselines") or {}).get("loader-spec")
+    comparison = plan.get("loader_comparison")
+    if not spec and not comparison:
+        return []
+    cost = plan.get("cost") or {}
+    out = ["### Comparison with the loader's shard spec", ""]
+    if spec:
+        t = spec.get("total_us")
+        where = f" in `{_md(spec['where'])}`" if spec.get("where") else ""
+        if spec.get("source", "loader") == "loader":
+            about = f"The loader's own spec (`ModelLoader.load_shard_spec`{where}, the hand-written plan)"
+            head = f"{about} {cite.for_claim('loader-spec', about)}"
+        else:
+            head = f"The user's shard spec ({_md(spec.get('source'))}{where})"
+        per_layer = spec.get("ccl_per_layer")
+        mine_per_layer = cost.get("ccl_per_layer")
+        line = (f"{head}, priced by the same cost model on the same mesh: "
+                f"{_plan.fmt_us(t)} with {spec.get('ccl_count', '?')} collectives"
+                + (f" ({per_layer} per layer)" if per_layer is not None else "")
+                + f", against the recommended {_plan.fmt_us(cost.get('total_us'))} with {cost.get('ccl_count', '?')}"
+                + (f" ({mine_per_layer} per layer)" if mine_per_layer is not None else "") + ".")
+        if t is not None and cost.get("total_us"):
+            d = t - cost["total_us"]
+            line += (f" The recommended plan is {_plan.fmt_us(d)} ({t / cost['total_us']:.2f}x) faster." if d > 0 else
+                     f" **The loader's spec is {_plan.fmt_us(-d)} faster than the recommendation.**" if d < 0 else
+                     " They cost the same.")
+        elif t is None:
+            line += " The loader's spec cannot run as priced (a collective the compiler cannot lower)."
+        if spec.get("fits") is False:
+            line += " It does not fit in DRAM."
+        out += [line, ""]
+        mesh = spec.get("mesh")
+        shape, _axes = _plan.mesh_of(plan)
+        if mesh and list(mesh) != list(shape):
+            out += [f"- The loader's `get_mesh_config` names a {'x'.join(map(str, mesh))} mesh; both plans are priced "
+                    f"here on {'x'.join(map(str, shape))}.", ""]
+        unmatched = spec.get("unmatched") or []
+        if unmatched:
+            out += [f"- **⚠ {len(unmatched)} name{'s' if len(unmatched) != 1 else ''} in the loader's spec match"
+                    f"{'' if len(unmatched) != 1 else 'es'} no tensor** (those entries do nothing): "
+                    + "; ".join(f"`{_md(n)}`" if " " not in str(n) else _md(n) for n in unmatched) + ".", ""]
+        bad = spec.get("not_dividing") or []
+        if bad:
+            sizes = _plan.axis_sizes(plan)
+            items = []
+            for b in bad:
+                axes = b.get("axes") or []
+                k = _numel([sizes.get(a, 1) for a in axes])
+                items.append(f"`{_md(b.get('name', '?'))}` dim {b.get('dim', '?')} (size {b.get('size', '?')}) over "
+                             + "+".join(f"`{a}`" for a in axes) + f" ({k} devices)")
+            out += ["- **⚠ Splits in the loader's spec that do not divide:** " + "; ".join(items) + ". "
+                    + cite.sentence("divisibility", "A sharded dim must divide by its axis size; tt-xla's "
+                                    "safe_mark_sharding replicates the tensor otherwise"), ""]
+    if comparison is None:
+        out += ["The plan JSON has no component-by-component comparison with the loader's spec.", ""]
+    elif not comparison:
+        out += ["The loader's spec and the recommended plan agree on every component.", ""]
+    else:
+        out += ["Where they differ, each choice priced with the rest of the recommended plan:", "",
+                "| Component | Loader's spec | Recommended | Loader's choice costs | CCLs | Why |",
+                "|---|---|---|---|---|---|"]
+        for row in comparison:
+            d, dn = row.get("delta_us"), row.get("delta_ccls")
+            out.append(f"| `{_md(row.get('component', '?'))}` | {_spec_or_text(row.get('expert'))} | "
+                       f"{_spec_or_text(row.get('plan'))} | {_signed_us(d)} | "
+                       f"{'n/a' if dn is None else f'{dn:+d}'} | {_md(row.get('reason') or '')} |")
+        out.append("")
+    return out
+
+
+PERTURBATIONS = {"ccl x0.5": "collectives twice as fast", "ccl x2": "collectives twice as slow",
+                 "compute x0.5": "compute twice as fast", "compute x2": "compute twice as slow",
+                 "ccl profile tuned": "tt-metal's tuned collectives"}
+
+
+def section_robustness(plan: dict, cite: Citer) -> list[str]:
+    rob = plan.get("robustness")
+    out = ["### Robustness", ""]
+    if not rob or not rob.get("checks"):
+        return out + ["Not checked: the plan JSON records no cost-model perturbations.", ""]
+    checks = rob["checks"]
+    lost = [c for c in checks if c.get("winner") not in (None, "plan")]
+    if rob.get("holds") and not lost:
+        out.append(f"The recommendation still wins under all {len(checks)} perturbations of the cost model checked.")
+    else:
+        worst = max(lost, key=lambda c: c.get("margin") or 0) if lost else None
+        out.append(f"**⚠ The recommendation is not robust:** it loses under {len(lost)} of {len(checks)} perturbations"
+                   + (f"; under `{worst['perturbation']}` the `{worst['winner']}` plan wins by "
+                      f"{_margin(worst.get('margin'))}." if worst else "."))
+    out += ["", "| Perturbation | Winner | Margin |", "|---|---|---|"]
+    for c in checks:
+        what = PERTURBATIONS.get(c.get("perturbation"), "")
+        winner = "recommended plan" if c.get("winner") == "plan" else f"**{_md(c.get('winner'))}**"
+        out.append(f"| `{_md(c.get('perturbation'))}`{' (' + what + ')' if what else ''} | {winner} | "
+                   f"{_margin(c.get('margin'))} |")
+    out.append("")
+    return out
+
+
+def _margin(m) -> str:
+    """The plan JSON's margin is the winner's lead as a fraction of the runner-up's step."""
+    return "n/a" if m is None else f"{m * 100:.1f}%"
+
+
+def section_components(plan: dict, cite: Citer) -> list[str]:
+    out = ["## 4. Per-component design", ""]
+    rejected = (plan.get("search") or {}).get("rejected") or []
+    pairs = megatron_pairs(plan)
+    prefix, n_layers = _plan.layer_scope(plan)
+    classes = _plan.module_classes(plan)
+    for key, comp in _plan.components(plan).items():
+        cls = classes.get(key, (None, None))[0]
+        layers = sorted(comp["layers"])
+        title = f"### `{key}`" + (f" ({cls})" if cls else "")
+        if len(layers) > 1:
+            title += f", {len(layers)} layers"
+        mine = _plan.pairs_under(pairs, key)
+        layers_here = n_layers if _plan.in_scope(key, prefix) and prefix else 1
+        out += [title, ""]
+        out += _chosen(plan, comp, classes)
+        out += _why(plan, key, comp, mine, layers_here, cite)
+        out += _rejected(plan, key, comp, rejected)
+        out += _ccls(plan, comp, mine, layers_here, cite)
+        out.append("")
+    out += _sites(plan, rejected, cite)
+    return out
+
+
+def _chosen(plan: dict, comp: dict, classes: dict) -> list[str]:
+    if not comp["args"]:
+        return ["- **Chosen sharding:** no tensors of its own; its collectives come from ops inside it."]
+    out = ["- **Chosen sharding:**", "", "  | Tensor | Shape | Partition spec | Shardy |", "  |---|---|---|---|"]
+    for r, a in _first_per_role(comp["args"]):
+        kind = _pair_kind(plan, a, classes) if _plan.is_weight(a) else ""
+        out.append(f"  | `{r}` | {_tensor_cell(a.get('shape'), a.get('dtype'), a.get('storage'))} | "
+                   f"{_spec_cell(a.get('sharding'))}{' ' + kind if kind else ''} | `{_plan.sdy_text(a.get('sharding'))}` |")
+    out.append("")
+    return out
+
+
+def _why(plan: dict, key: str, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
+    sentences = []
+    # "one all_reduce sums the partial results" only where this plan pays one per pair
+    closed = _plan.per_layer(comp["collectives"], n_layers) >= len(pairs)
+    for pr in pairs:
+        cols, rows = pr["column"], pr["row"]
+        sentences.append(cite.sentence("megatron-pair", (
+            f"a Megatron column→row pair on `{pr['axis']}`: " + ", ".join(cols)
+            + f" split along {'their outputs' if len(cols) > 1 else 'its output features'}, " + ", ".join(rows)
+            + f" along {'their inputs' if len(rows) > 1 else 'its input features'}, so the activations between "
+            "them stay split" + (" and one all_reduce sums the partial results" if closed else
+                                 " and the row side leaves partial sums for the collectives below"))))
+        if _plan.pair_kind_of(plan, pr) == "attention":
+            sentences.append(cite.sentence("megatron-attention-heads", "Attention is split by heads, the output "
+                                           "projection row-parallel"))
+    whys = [(g, g["why"]) for g in comp["groups"] if g.get("why")]
+    if whys and all(w == "replicated" for _, w in whys) and len(whys) > 1:
+        facts = ["every tensor replicated"]
+    else:
+        facts = [f"`{_leaf(g.get('role', '?'), key)}`: {_md(w)}" for g, w in whys]
+    if not facts:
+        facts = [f"`{_leaf(r, key)}`: " + ("split" if _plan.is_sharded(a.get("sharding")) else "replicated")
+                 for r, a in _first_per_role(comp["args"])]
+    if facts:
+        sentences.append("Search: " + "; ".join(facts) + ".")
+    priced = [(a.get("delta_us"), g, a) for g in comp["groups"] for a in g.get("alternatives") or []
+              if a.get("delta_us") is not None]
+    if priced:
+        d, g, a = min(priced, key=lambda x: x[0])
+        sentences.append(f"The cheapest alternative priced, `{_leaf(g.get('role', '?'), key)}` → "
+                         f"{_md(a.get('option', '?'))}, is {_signed_us(d)} per step.")
+    if not pairs:
+        weights = [a for a in comp["args"] if _plan.is_weight(a)]
+        if not comp["args"]:
+            sentences.append(cite.sentence("shardy-propagation", "Nothing to choose here: its collectives follow from "
+                                           "the shardings of the values it consumes, as Shardy propagates them"))
+        elif weights and not any(_plan.is_sharded(a.get("sharding")) for a in weights):
+            sentences.append(cite.sentence("memory-not-objective", "A weight stays replicated unless splitting it "
+                                           "makes the step faster: memory balance is not an objective"))
+        else:
+            sentences.append(cite.sentence("speed-objective", "Speed decides: a split is kept only where it makes the "
+                                           "step faster for the collectives it adds"))
+    return ["- **Why:** " + " ".join(sentences)]
+
+
+def _alternative_line(plan: dict, key: str, g: dict, alt: dict) -> str:
+    cost = plan.get("cost") or {}
+    leaf = _leaf(g.get("role", "?"), key)
+    option = _md(alt.get("option", "?"))
+    spec = _spec_cell(alt["sharding"]) if alt.get("sharding") is not None else ""
+    spec = f" {spec}" if spec and spec != option else ""
+    reason = _md(alt.get("reason") or "")
+    dn = alt.get("delta_ccls")
+    head = (f"  - `{leaf}` → {option}{spec}: {reason}"
+            + (f" ({dn:+d} CCL{'s' if abs(dn) != 1 else ''})" if dn else ""))
+    total, delta = alt.get("total_us"), alt.get("delta_us")
+    if total is None:
+        return head + "; cannot run (priced infinite), " + f"{alt.get('ccl_count', '?')} collectives."
+    if delta is None and cost.get("total_us") is not None:
+        delta = total - cost["total_us"]
+    nbytes = alt.get("ccl_bytes")
+    if nbytes is None and alt.get("collectives_delta") is not None and cost.get("ccl_bytes") is not None:
+        nbytes = cost["ccl_bytes"] + sum(int(c.get("bytes_per_device") or 0) * int(c.get("count", 1) or 0)
+                                         for c in alt["collectives_delta"])
+    slower = f"+{_plan.fmt_us(delta)} slower" if delta is not None and delta >= 0 else \
+        f"**{_plan.fmt_us(-(delta or 0))} faster than the plan**"
+    tail = f"; modeled {_plan.fmt_us(total)} ({slower}), {alt.get('ccl_count', '?')} collectives"
+    return head + tail + (f", {_plan.fmt_bytes(nbytes)} per device." if nbytes is not None else ".")
+
+
+def _rejected(plan: dict, key: str, comp: dict, rejected: list) -> list[str]:
+    """Per group, each alternative priced on the whole model (every other group at the
+    plan's choice), cheapest first; then the search's whole-model alternatives that
+    changed this component."""
+    cost = plan.get("cost") or {}
+    lines = []
+    for g in comp["groups"]:
+        alts = sorted(g.get("alternatives") or [], key=lambda a: (a.get("total_us") is None, a.get("delta_us") or 0))
+        lines += [_alternative_line(plan, key, g, a) for a in alts]
+    for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
+        changed = r.get("arguments_changed") or {}
+        if key not in {_changed_component(plan, k) for k in changed}:
+            continue
+        total, base = r.get("total_us"), cost.get("total_us")
+        delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
+        lines.append(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
+                     f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
+    if lines:
+        return ["- **Rejected alternatives:**"] + lines
+    if not comp["args"]:
+        return ["- **Rejected alternatives:** none: it has no tensors to shard."]
+    return ["- **Rejected alternatives:** none priced: the plan JSON lists no alternative for its tensors."]
+
+
+def _changed_component(plan: dict, role: str) -> str | None:
+    """The component of an argument a whole-model alternative changed (None: a site)."""
+    a = _plan.first_arg(plan, role)
+    return _plan.arg_component(a, plan) if a else None
+
+
+def _ccls(plan: dict, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
+    cs = comp["collectives"]
+    if not cs:
+        return ["- **CCLs:** none."]
+    by_layer: OrderedDict = OrderedDict()
+    for c in cs:
+        by_layer.setdefault(c.get("layer"), []).append(c)
+    sigs = {tuple(_signature(c) for c in v) for v in by_layer.values()}
+    layers = [k for k in by_layer if k is not None]
+    total_n = sum(_plan.multiplicity(c) for c in cs)
+    total_b = sum((c.get("bytes_per_device") or 0) * _plan.multiplicity(c) for c in cs)
+    total_t = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
+    if len(sigs) == 1 and len(layers) > 1 and None not in by_layer:
+        shown = by_layer[layers[0]]
+        note = f" Shown for layer {layers[0]}; layers {_layers_text(layers)} have the same collectives."
+    else:
+        shown, note = cs, ""
+    text = (f"- **CCLs:** {total_n} in total, {_plan.fmt_bytes(total_b)} per device, modeled "
+            f"{_plan.fmt_us(total_t)}.{note}")
+    per_layer = _plan.per_layer(cs, n_layers)
+    if pairs and per_layer == len(pairs):
+        where = " per layer" if n_layers > 1 else ""
+        text += " " + cite.sentence("megatron-one-allreduce-per-pair",
+                                    f"One all_reduce{where} closes each column→row pair")
+    if len(pairs) == 2 and per_layer == 2:
+        text += " " + cite.sentence("megatron-two-allreduce", "These are Megatron's two all-reduces per transformer "
+                                    "layer in the forward pass")
+    text += _kind_notes(cs, cite)
+    out = [text, "", "  | Op | Kind | Axes | Tensor | Bytes / device | Modeled | Comes from | Why |",
+           "  |---|---|---|---|---|---|---|---|"]
+    out += ["  " + _coll_row(c, with_component=False) for c in shown]
+    return out
+
+
+def _cause(c: dict) -> str:
+    return (c.get("cause") or "").lower()
+
+
+def _kind_notes(cs: list[dict], cite: Citer) -> str:
+    kinds = {c["kind"] for c in cs}
+    out = []
+    if any(c["kind"] == "all_reduce" and "norm" in _cause(c) for c in cs):
+        out.append(cite.sentence("norm-stats-allreduce", "A norm over a split dim all-reduces its statistics, a "
+                                 "small collective (the reduced dim collapses first)"))
+    if any(c["kind"] == "all_reduce" and ("partial" in _cause(c) or "row-parallel" in _cause(c)) for c in cs):
+        out.append(cite.sentence("row-parallel-allreduce", "A row-parallel matmul leaves partial sums, closed by "
+                                 "one all-reduce"))
+    if "all_to_all" in kinds:
+        out.append(cite.sentence("all-to-all-slow", "all_to_all lowers to pairwise point_to_point ops"))
+    if "collective_permute" in kinds:
+        out.append(cite.sentence("collective-permute-unsupported", "collective_permute does not lower in tt-mlir"))
+    if "all_slice" in kinds:
+        out.append(cite.sentence("all-slice-local", "all_slice is a local slice with no traffic"))
+    return "".join(" " + s for s in out)
+
+
+def _coll_row(c: dict, *, with_component: bool) -> str:
+    axes = ", ".join(f"`{a}`" for a in c.get("axes") or []) or "-"
+    origin = _md(c.get("producer") or "?")
+    loc = _loc_text(c.get("loc"))
+    if loc:
+        origin += f" at `{_md(loc)}`"
+    if not with_component and c.get("component"):
+        origin += f" in `{c['component']}`"
+    cells = [f"#{c.get('op_index', '?')}", c["kind"], axes, _tensor_cell(c.get("shape"), c.get("dtype")),
+             _plan.fmt_bytes(c.get("bytes_per_device") or 0), _plan.fmt_us(c.get("time_us"))]
+    if with_component:
+        cells.append(f"`{c.get('component') or INPUTS_COMPONENT}`")
+    why = _md(c.get("reason") or "")
+    if c.get("cause"):
+        why = f"{_md(c['cause'])}: {why}" if why else _md(c["cause"])
+    cells += [origin, why]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _sites(plan: dict, rejected: list, cite: Citer) -> list[str]:
+    """Intermediate values the search could constrain (reshapes that split heads)."""
+    sites = [g for g in plan.get("groups") or [] if g.get("kind") == "intermediate"]
+    if not sites:
+        return []
+    out = ["### Intermediate values (sharding constraints)", ""]
+    chosen = [g for g in sites if g.get("sharding") is not None]
+    if chosen:
+        out += ["- **Chosen sharding:** `sdy.sharding_constraint` after each reshape:", "",
+                "  | Reshape (operand -> result) | Constraint |", "  |---|---|"]
+        out += [f"  | `{g['role']}` | {_spec_cell(g['sharding'])} |" for g in chosen]
+        out.append("")
+    else:
+        out.append("- **Chosen sharding:** no constraint; Shardy propagates through every reshape unaided.")
+    out.append("- **Why:** " + cite.sentence("intermediate-constraint", "A constraint after the reshape that splits "
+                                             "features into heads is the hint tt-xla places by hand")
+               + " Each site was priced with and without one: "
+               + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
+    keys = {g["role"] for g in sites}
+    lines = []
+    for g in sites:
+        lines += [_alternative_line(plan, "", g, a) for a in g.get("alternatives") or []]
+    cost = plan.get("cost") or {}
+    for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
+        if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys:
+            total, base = r.get("total_us"), cost.get("total_us")
+            delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
+            lines.append(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
+                         f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
+    out += (["- **Rejected alternatives:**"] + lines) if lines else \
+        ["- **Rejected alternatives:** none priced: the plan JSON lists no alternative for these sites."]
+    out += ["- **CCLs:** a constraint's collectives are listed under the component whose op they feed.", ""]
+    return out
+
+
+def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> list[str]:
+    out = ["## 5. CCL budget", ""]
+    cs = _plan.collectives(plan)
+    rows: OrderedDict = OrderedDict()
+    for c in cs:
+        k = (_plan.coll_module(c), c["kind"], c.get("cause") or "", tuple(c.get("axes") or []), c.get("bytes_per_device") or 0)
+        r = rows.setdefault(k, [0, 0.0])
+        r[0] += _plan.multiplicity(c)
+        r[1] += (c.get("time_us") or 0) * _plan.multiplicity(c)
+    out += ["| Component | Collective | Axes | Count | Size per device (each) | Bytes per device | Modeled time |",
+            "|---|---|---|---|---|---|---|"]
+    for (comp, kind, cause, axes, b), (n, t) in rows.items():
+        what = f"{kind} ({_md(cause)})" if cause else kind
+        out.append(f"| `{comp}` | {what} | {', '.join(axes) or '-'} | {n} | {_plan.fmt_bytes(b)} | {b * n} | "
+                   f"{_plan.fmt_us(t)} |")
+    count, nbytes = _plan.ccl_totals(plan)
+    t_total = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
+    out += [f"| **Total** | | | **{count}** | | **{nbytes}** ({_plan.fmt_bytes(nbytes)}) | **{_plan.fmt_us(t_total)}** |", ""]
+    cost = plan.get("cost") or {}
+    pc, pb = cost.get("ccl_count"), cost.get("ccl_bytes")
+    if (pc is not None and pc != count) or (pb is not None and pb != nbytes):
+        out += [f"> **Note:** the listed collectives add up to {count} / {nbytes} bytes but the plan's cost says "
+                f"{pc} / {pb} bytes; the plan JSON is inconsistent.", ""]
+    prefix, n_layers = _plan.layer_scope(plan)
+    if cost.get("ccl_per_layer") is not None:
+        kinds: OrderedDict = OrderedDict()
+        for c in plan.get("layer_collectives") or []:
+            kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
+        out += [f"Per repeated layer: {cost['ccl_per_layer']} collectives"
+                + (" (" + ", ".join(f"{k} x{n}" for k, n in kinds.items()) + ")" if kinds else "")
+                + ", the 2-layer model's bill minus the 1-layer model's.", ""]
+    elif prefix and n_layers > 1 and cs:
+        in_layers = sum(_plan.multiplicity(c) for c in cs if _plan.in_scope(_plan.coll_module(c), prefix))
+        out += [f"Per layer: {in_layers / n_layers:g} collectives in each of the {n_layers} `{prefix}` layers; "
+                f"{count - in_layers} outside them.", ""]
+    if cs:
+        out += ["Sizes are each collective's per-device operand (bytes_per_device, the `b` of the tt-metal fits). "
+                + cite.sentence("ccl-link-bytes", "The bytes on the busiest link follow tt-metal's formulas per kind")
+                + " " + cite.sentence(_fits_claim(plan), "The times follow the fitted latency models: every CCL also "
+                                      "pays a fixed synchronisation cost, which is why the count matters as much as "
+                                      "the bytes"), ""]
+    if png_path:
+        out += [f"![Modeled CCL time per component]({png_path})", ""]
+    return out
+
+
+def section_bottlenecks(plan: dict, cite: Citer) -> list[str]:
+    p = plan
+    out = ["## 6. Bottlenecks & compiler limitations", ""]
+    c = p.get("cost") or {}
+    cs = _plan.collectives(p)
+    if c.get("total_us"):
+        share = (c.get("ccl_us") or 0) / c["total_us"] * 100
+        out.append(f"- Collectives take {share:.0f}% of the modeled step "
+                   f"({_plan.fmt_us(c.get('ccl_us'))} of {_plan.fmt_us(c.get('total_us'))}).")
+    for x in sorted(cs, key=lambda x: -(x.get("time_us") or 0))[:3]:
+        cause = f" ({_md(x['cause'])})" if x.get("cause") else ""
+        out.append(f"- Largest: {x['kind']}{cause} over {', '.join(x.get('axes') or [])} of "
+                   f"{_tensor_cell(x.get('shape'), x.get('dtype'))} at op #{x.get('op_index', '?')} in "
+                   f"`{x.get('component') or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.get('bytes_per_device') or 0)} "
+                   f"per device, {_plan.fmt_us(x.get('time_us'))}.")
+    if p.get("memory_fallback"):
+        out.append(f"- **Memory fallback taken**: {_md(p.get('memory_fallback_reason') or '')}. "
+                   + cite.sentence("memory-loud-fallback", "Memory is sharded for only as a loud fallback"))
+    out.append("")
+    out += section_safety_rules(p, cite)
+    hits, checked = limitations(p, cite)
+    out += ["Compiler limitations:", ""]
+    out += [f"- {h}" for h in hits] if hits else ["- None of the known limitations applies to this plan."]
+    if checked:
+        out.append(f"- Checked, not hit: {', '.join(checked)}.")
+    out += [f"- Note: {_md(note)}" for note in p.get("notes") or []]
+    out.append("")
+    return out
+
+
+ACTIONS = {"exclude": "excluded from the search", "excluded": "excluded from the search",
+           "inf": "priced infinite (never chosen)", "priced inf": "priced infinite (never chosen)",
+           "guard": "priced in their safe form", "guarded": "priced in their safe form"}
+
+
+def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
+    """The safety rules that removed candidates, and, loudly, those the user turned off."""
+    rules = plan.get("safety")
+    if not rules:
+        return []
+    out = ["Safety rules (patterns the compiler rejects or miscompiles):", ""]
+    quiet = []
+    for r in rules:
+        title = _md(r.get("title") or r.get("rule") or "?")
+        key = r.get("citation")
+
+        def src(about):
+            if key and cite.supports(key, "compiler-limitation"):
+                return f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
+            return f" (source `{_md(key)}` is not in shard-opt's citations table)" if key else ""
+
+        removed = int(r.get("removed") or 0)
+        detail = f" Why: {_md(r['detail']).rstrip('.')}." if r.get("detail") else ""
+        if r.get("allowed"):
+            about = f"**⚠ TURNED OFF BY THE USER: {title}**"
+            would = (f" ({removed} candidate{'s' if removed != 1 else ''} would otherwise have been "
+                     f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))})" if removed else "")
+            out.append(f"- {about}{src(about)}. Candidates that break it were priced as if it did not apply{would}: "
+                       f"this plan may not compile, or may compute the wrong result.{detail}")
+        elif removed:
+            out.append(f"- {title}{src(title)}: {removed} candidate{'s' if removed != 1 else ''} "
+                       f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))}.{detail}")
+        else:
+            quiet.append(title)
+    if quiet:
+        out.append(f"- Checked, removed nothing: {'; '.join(quiet)}.")
+    out.append("")
+    return out
+
+
+def limitations(plan: dict, cite: Citer) -> tuple[list[str], list[str]]:
+    """(limitations this plan hits, names of the ones checked and not hit)."""
+    shape, _axes = _plan.mesh_of(plan)
+    cs = _plan.collectives(plan)
+    kinds = {c["kind"] for c in cs}
+    hits, checked = [], []
+
+    def rule(name: str, hit: bool, text):
+        # text is a callable so that only the limitations hit cite their sources
+        (hits.append(text()) if hit else checked.append(name))
+
+    def cited(claim, about, rest=""):
+        return f"{about} {cite.for_claim(claim, about)}{rest}"
+
+    rule("collective_permute", "collective_permute" in kinds,
+         lambda: cited("collective-permute-unsupported", "**collective_permute is not lowered by tt-mlir** "
+                       "(\"not implemented yet\")", ": this plan will not compile until that is fixed; choose an "
+                       "alternative."))
+    rule("all_to_all", "all_to_all" in kinds,
+         lambda: cited("all-to-all-slow", "all_to_all lowers to N*(N-1) pairwise point_to_point ops plus a concat, "
+                       "slower than its byte count suggests", "."))
+    bf16_rs = any(c["kind"] == "reduce_scatter" and c.get("dtype") == "bf16" for c in cs)
+    rule("bf16 reduce_scatter", bf16_rs,
+         lambda: cited("bf16-reduce-scatter-precision", "bf16 reduce_scatter loses precision", ": check the PCC."))
+    rule("all_reduce+all_slice fusion", _all_reduce_then_slice(cs),
+         lambda: cited("ccl-canonicalization", "tt-mlir fuses an all_reduce followed by an all_slice on the same axes "
+                       "into one reduce_scatter", ": the TTIR will show fewer, different CCLs (verify-ir counts them as "
+                       "equivalent)."))
+    line_ar = "all_reduce" in kinds
+    rule("all_reduce on a line fabric", line_ar,
+         lambda: "Watch: " + cited("line-allreduce-pcc", "all_reduce on a 1-D line fabric has given low PCC",
+                                   ": compare against the unsharded model. ")
+         + cited("native-all-reduce", "It lowers to a native ttnn.all_reduce", "."))
+    rule("Galaxy 1x32 all_reduce", tuple(shape) in ((1, 32), (32,)) and line_ar,
+         lambda: cited("galaxy-1x32-hang", "**all_reduce on a 1x32 Galaxy mesh hangs**", ": use 8x4 or 4x8."))
+    rule("supported mesh", not _supported_mesh(shape),
+         lambda: cited("tt-mlir-supported-mesh", f"**mesh {'x'.join(map(str, shape))} is not one tt-mlir accepts** "
+                       "(\"Mesh is not valid\")", "."))
+    n1 = len(shape) == 2 and shape[1] == 1 and shape[0] > 1
+    sharded_out = any(_plan.is_sharded(r.get("sharding")) for r in plan.get("results") or [])
+    rule("output constraint on an (N,1) mesh", n1 and sharded_out,
+         lambda: cited("output-constraint-n1", "an output sharding constraint on an (N,1) mesh is broken", "."))
+    rule("sharded reshape", bool(plan.get("constraints")),
+         lambda: cited("reshape-constraint-pair", "intermediate constraints are written as a replicated-then-sharded "
+                       "pair, the workaround for sharded reshapes", "."))
+    conv_spatial = False
+    for a in plan.get("arguments") or []:
+        s = a.get("sharding") or []
+        if "conv" in a["name"].lower() and len(s) >= 4 and any(s[2:]):
+            conv_spatial = True
+    rule("spatial conv sharding", conv_spatial,
+         lambda: cited("spatial-conv-halo", "**a convolution is split on a spatial dim**, which needs a halo exchange "
+                       "tt-mlir does not expose", "; shard channels instead."))
+    return hits, checked
+
+
+def _all_reduce_then_slice(cs: list[dict]) -> bool:
+    for a, b in zip(cs, cs[1:]):
+        if a["kind"] == "all_reduce" and b["kind"] == "all_slice" and set(a.get("axes") or []) == set(b.get("axes") or []):
+            return True
+    return False
+
+
+def section_sources(plan: dict, cite: Citer) -> list[str]:
+    return ["## 7. Sources", "", "Cited above by number; each restates a fact from the project's reference notes.", "",
+            cite.table(), ""]
+
+
+def section_appendix(plan: dict, cite: Citer) -> list[str]:
+    cs = _plan.collectives(plan)
+    if not cs:
+        return []
+    out = ["## Appendix A. Every collective, in program order", "",
+           "| Op | Kind | Axes | Tensor | Bytes / device | Modeled | Component | Comes from | Why |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    out += [_coll_row(c, with_component=True) for c in cs]
+    out.append("")
+    return out
+
+
+# The template's order (seed_pages.md section 10); sources are rendered last (they list
+# what the sections above cited) but printed before the appendix.
+BODY_SECTIONS = (section_header, section_model, section_architecture, section_strategy, section_baselines,
+                 section_loader_comparison, section_robustness, section_components)
+
+
+def _render_one(plan: dict, png_path: str | None, cite: Citer) -> str:
+    lines: list[str] = []
+    for section in BODY_SECTIONS:
+        lines += section(plan, cite)
+    lines += section_ccl_budget(plan, cite, png_path)
+    lines += section_bottlenecks(plan, cite)
+    appendix = section_appendix(plan, cite)  # cites nothing
+    lines += section_sources(plan, cite)
+    return "\n".join(lines + appendix).rstrip() + "\n"
+
+
+def render_report_with_citations(plan: dict, *, png_path: str | None = None) -> tuple[str, list[Citer]]:
+    """The report and the citers that numbered it (one per model), for tests: each citer's
+    ``uses`` lists every citation with the text it follows and the claim it backs."""
+    if plan.get("pipeline"):
+        citers = [Citer() for _ in plan["pipeline"]]
+        head = [f"# Sharding analysis - pipeline of {len(plan['pipeline'])} models", ""]
+        about = f"One mesh shape for all models, chosen for the slowest: `{plan.get('slowest', '?')}`"
+        parts = ["\n".join(head + [citers[0].sentence("one-mesh-per-pipeline", about)
+                                   + " (sources in the first model's section 7)", ""])]
+        for i, sub in enumerate(plan["pipeline"]):
+            parts.append(_render_one(sub, png_path if i == 0 else None, citers[i]))
+        return "\n".join(parts), citers
+    cite = Citer()
+    return _render_one(plan, png_path, cite), [cite]
+
+
 def render_report(plan: dict, *, png_path: str | None) -> str:
     """``sharding_analysis.md`` for a plan.
 
@@ -760,14 +1019,7 @@ def render_report(plan: dict, *, png_path: str | None) -> str:
       plan: the plan JSON dict (a pipeline plan renders each model in turn).
       png_path: where the chart will be, relative to the report (None: no picture).
     """
-    if plan.get("pipeline"):
-        parts = [f"# Sharding analysis - pipeline of {len(plan['pipeline'])} models", "",
-                 f"One mesh shape for all models, chosen for the slowest: `{plan.get('slowest', '?')}` "
-                 f"{Citer().cite('playbook')}.", ""]
-        for i, sub in enumerate(plan["pipeline"]):
-            parts.append(_Report(sub, png_path if i == 0 else None).render())
-        return "\n".join(parts)
-    return _Report(plan, png_path).render()
+    return render_report_with_citations(plan, png_path=png_path)[0]
 
 
 def write_ccl_chart(plan: dict, png_path: str) -> str:
@@ -783,7 +1035,7 @@ def write_ccl_chart(plan: dict, png_path: str) -> str:
     counts: dict[str, int] = {}
     kinds: list[str] = []
     for c in _plan.collectives(plan):
-        comp = _coll_component(c)
+        comp = _plan.coll_component(c, plan)
         per.setdefault(comp, {})
         per[comp][c["kind"]] = per[comp].get(c["kind"], 0.0) + (c.get("time_us") or 0.0) * _plan.multiplicity(c)
         counts[comp] = counts.get(comp, 0) + _plan.multiplicity(c)
@@ -818,11 +1070,5 @@ def write_ccl_chart(plan: dict, png_path: str) -> str:
     return png_path
 
 
-def _first_per_role(args: list[dict]):
-    """(role, argument) for the first argument of each role, in order."""
-    seen = set()
-    for a in args:
-        r = _plan.role(a["name"])
-        if r not in seen:
-            seen.add(r)
-            yield r, a
+__all__ = ["render_report", "render_report_with_citations", "write_ccl_chart", "megatron_pairs", "structural_pairs",
+           "limitations", "CITATIONS"]

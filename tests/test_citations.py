@@ -1,0 +1,196 @@
+"""Every citation in a report backs the sentence it is attached to.
+
+The report asks for citations by claim (``Citer.for_claim``), and the citer records each
+one: the text the marker follows, the claim, the keys. These tests render reports for
+several plans (Megatron pairs with two all_reduces per layer, pairs with extra norm
+all_reduces, a GPT-2 plan with one pair, a replicated plan with the loader's spec, a plan
+written before the new fields) and check, marker by marker, that the sentence carrying it
+states the claim and that every cited source's table entry supports that claim.
+"""
+
+import copy
+import json
+import os
+import re
+
+import pytest
+
+from shard_opt.emit import citations
+from shard_opt.emit.citations import CITATIONS, CLAIMS, Citer, sources_for
+from shard_opt.emit.report import megatron_pairs, render_report_with_citations
+
+HERE = os.path.dirname(__file__)
+PLANS = os.path.join(HERE, "fixtures", "plans")
+FIXTURES = {
+    "llama8b_pairs": os.path.join(PLANS, "llama8b_pairs.json"),
+    "llama8b_norm_stats": os.path.join(PLANS, "llama8b_norm_stats.json"),
+    "gpt2_xl_2layer": os.path.join(PLANS, "gpt2_xl_2layer.json"),
+    "llama_load_replicated": os.path.join(PLANS, "llama_load_replicated.json"),
+    "ttir_llama_2layer": os.path.join(HERE, "fixtures", "ttir", "llama_2layer_plan.json"),
+}
+# Whether a repeated layer holds two used column -> row pairs and exactly two all_reduces.
+TWO_ALL_REDUCES = {"llama8b_pairs": True, "ttir_llama_2layer": True, "llama8b_norm_stats": False,
+                   "gpt2_xl_2layer": False, "llama_load_replicated": False}
+MARKER = re.compile(r"(\[\d+\])+")
+
+
+def _load(name: str) -> dict:
+    with open(FIXTURES[name]) as f:
+        return json.load(f)
+
+
+def _render(plan: dict):
+    text, (cite,) = render_report_with_citations(plan, png_path=None)
+    return text.split("## 7. Sources")[0], cite
+
+
+def _markers(body: str, cite: Citer) -> list[tuple[int, object, str]]:
+    """(position, use, sentence) for every citation marker in the body.
+
+    The sentence is the text from the previous sentence boundary (". ", a line start or a
+    table cell) to the marker. Fails if a marker was not asked for by claim."""
+    by_pos = {}
+    for use in cite.uses:
+        needle = f"{use.about} {use.marker}"
+        found = [m.start() for m in re.finditer(re.escape(needle), body)]
+        assert found, f"citation for {use.claim!r} not where it was asked for: {needle!r}"
+        for start in found:
+            by_pos[start + len(use.about) + 1] = use
+    out = []
+    for m in MARKER.finditer(body):
+        assert m.start() in by_pos, f"a marker nobody asked for by claim: {body[max(0, m.start() - 80):m.end()]!r}"
+        use = by_pos[m.start()]
+        assert m.group(0) == use.marker
+        head = body[:m.start()]
+        cut = max(head.rfind(". "), head.rfind("\n"), head.rfind("| "))
+        out.append((m.start(), use, head[cut + 1:].strip()))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_each_marker_backs_the_claim_of_its_sentence(name):
+    plan = _load(name)
+    body, cite = _render(plan)
+    marks = _markers(body, cite)
+    assert marks
+    whys = [g["why"] for g in plan.get("groups") or [] if len(g.get("why") or "") > 20]
+    for _pos, use, sentence in marks:
+        claim = CLAIMS[use.claim]
+        assert re.search(claim.wording, sentence, re.I), (use.claim, sentence)
+        for key in use.keys:
+            assert use.claim in CITATIONS[key].supports, (key, use.claim, sentence)
+        assert use.marker == "".join(f"[{cite.order.index(k) + 1}]" for k in use.keys)
+        # A computed fact (the search's own reasons, "Search: ...") never carries a citation.
+        assert not sentence.startswith(("Search:", "- **Why:** Search:")), sentence
+        assert not any(w in sentence for w in whys), sentence
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_only_listed_sources_are_numbered(name):
+    text, (cite,) = render_report_with_citations(_load(name), png_path=None)
+    sources = text.split("## 7. Sources")[1]
+    listed = re.findall(r"^\| \[(\d+)\] \| ([^|]+) \|", sources, re.M)
+    assert [int(n) for n, _ in listed] == list(range(1, len(cite.order) + 1))
+    assert [t.strip() for _, t in listed] == [CITATIONS[k].title for k in cite.order]
+    used = {k for u in cite.uses for k in u.keys}
+    assert used == set(cite.order)  # nothing numbered that the body does not show
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_two_all_reduces_only_with_two_pairs_and_two_per_layer(name):
+    plan = _load(name)
+    body, cite = _render(plan)
+    uses = [u for u in cite.uses if u.claim == "megatron-two-allreduce"]
+    assert bool(uses) == TWO_ALL_REDUCES[name], name
+    if not uses:
+        assert not re.search(r"two all[-_ ]reduces", body, re.I)
+        return
+    # Where it is said, the plan has it: two used pairs in the layer, two all_reduces in layer 0.
+    assert len([p for p in megatron_pairs(plan) if ".*." in p["block"] + "."]) == 2
+    assert sum(1 for c in plan["collectives"] if c["kind"] == "all_reduce" and c.get("layer") == 0) == 2
+    for m in re.finditer(r"two all[-_ ]reduces", body, re.I):
+        line = body[body.rfind("\n", 0, m.start()) + 1: body.find("\n", m.end())]
+        assert any(u.about in line for u in uses), line
+
+
+def test_two_all_reduces_under_a_component_holding_both_pairs():
+    """A component holding both pairs of a layer (q/k/v -> o and gate/up -> down in one
+    block) with two all_reduces per layer says it in its CCLs line; one holding a single
+    pair says one all_reduce closes it."""
+    plan = _load("llama8b_pairs")
+    p = copy.deepcopy(plan)
+
+    def rename(s):
+        return s.replace(".self_attn.", ".block.").replace(".mlp.", ".block.")
+
+    for a in p["arguments"]:
+        a["name"] = rename(a["name"])
+    for g in p["groups"]:
+        g["role"] = rename(g["role"])
+    for c in p["collectives"]:
+        c["component"] = rename(c["component"] + ".")[:-1]
+    for pr in p["baselines"]["megatron"]["pairs"]:
+        pr["column"], pr["row"] = [rename(r) for r in pr["column"]], [rename(r) for r in pr["row"]]
+    p["architecture"] = None
+    body, cite = _render(p)
+    per = body[body.index("## 4. Per-component design"): body.index("## 5. CCL budget")]
+    block = per[per.index("### `model.layers.*.block`"):]
+    block = block[: block.find("\n### ", 1)]
+    assert "These are Megatron's two all-reduces per transformer layer" in block
+    assert sum(1 for u in cite.uses if u.claim == "megatron-two-allreduce") == 2  # here and in section 2
+    single = _render(plan)[0]
+    attn = single[single.index("### `model.layers.*.self_attn`"):]
+    attn = attn[: attn.find("\n### ", 1)]
+    assert "One all_reduce per layer closes each column→row pair" in attn
+    assert "two all-reduces" not in attn
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_no_megatron_citation_under_a_component_without_a_pair(name):
+    """The bug this replaces: "Two all-reduces per transformer layer is Megatron's forward
+    cost [4]" under an embedding. A component cites Megatron only when it holds a pair."""
+    body, cite = _render(_load(name))
+    start, end = body.index("## 4. Per-component design"), body.index("## 5. CCL budget")
+    blocks = []
+    for m in re.finditer(r"^### ", body[start:end], re.M):
+        blocks.append(start + m.start())
+    blocks.append(end)
+    marks = _markers(body, cite)
+    for a, b in zip(blocks, blocks[1:]):
+        has_pair = "a Megatron column→row pair on" in body[a:b]
+        for pos, use, sentence in marks:
+            if a <= pos < b and use.claim.startswith("megatron"):
+                assert has_pair, (body[a:body.index("\n", a)], sentence)
+
+
+def test_for_claim_refuses_what_its_source_does_not_support():
+    c = Citer()
+    with pytest.raises(ValueError):  # the playbook does not say two all-reduces per layer
+        c.for_claim("megatron-two-allreduce", "Each layer pays two all_reduces", via=("playbook",))
+    with pytest.raises(ValueError):  # a bare computed fact is not the playbook's rule
+        c.for_claim("speed-objective", "split: the modeled step is 70 us shorter this way")
+    with pytest.raises(KeyError):
+        c.for_claim("no-such-claim", "anything")
+    with pytest.raises(KeyError):
+        c.for_claim("compiler-limitation", "a rule", via=("no_such_source",))
+    assert c.uses == [] and c.order == []
+    assert c.sentence("megatron-two-allreduce", "Each layer pays two all-reduces") == "Each layer pays two all-reduces [1]."
+    assert c.order == ["megatron"]
+
+
+def test_every_claim_has_a_source_and_every_source_known_claims():
+    for claim in CLAIMS:
+        assert sources_for(claim), claim
+    for key, src in CITATIONS.items():
+        assert src.supports and src.supports <= set(CLAIMS), key
+    assert set(citations.EVIDENCE) == set(CITATIONS)
+
+
+def test_bare_facts_carry_no_citation():
+    for name in FIXTURES:
+        body, _cite = _render(_load(name))
+        assert "fastest this way" not in body
+        assert not re.search(r"Two all-reduces per transformer layer is Megatron's forward cost", body)
+        for line in body.splitlines():
+            if line.startswith("| ") and not line.startswith(("| megatron", "| autoshard", "| loader-spec")):
+                assert not MARKER.search(line), line  # table rows state computed figures
