@@ -13,9 +13,9 @@ the notes contain, so a test can check that each citation is still backed by the
 
     >>> c = Citer()
     >>> c.for_claim("megatron-pair", "gate/up column-parallel, down row-parallel: a column->row pair")
-    '[1][2][3]'
+    '[1][2]'
     >>> c.uses[0].claim, c.uses[0].keys
-    ('megatron-pair', ('megatron', 'tt_xla_llama', 'playbook_general_sharding'))
+    ('megatron-pair', ('megatron', 'playbook_general_sharding'))
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ CLAIMS: dict[str, Claim] = {
                                r"tt-xla"),
     "row-parallel-allreduce": Claim("a row-parallel matmul leaves partial sums: one all-reduce", r"partial sums"),
     "norm-stats-allreduce": Claim("a norm over a split axis all-reduces its (small) statistics", r"statistics|stats"),
+    "sequence-kv-allgather": Claim("attention over a sequence-split activation all-gathers K and V along the "
+                                   "sequence axis", r"K and V|K/V"),
     "allreduce-decomposition": Claim("all_reduce = reduce_scatter + all_gather",
                                      r"reduce_scatter.*all_gather|all_gather.*reduce_scatter"),
     "sequence-parallel": Claim("sequence parallelism: the all-reduce becomes all-gather + reduce-scatter",
@@ -141,7 +143,7 @@ CITATIONS: dict[str, Source] = {
         "tt-xla Llama tensor-parallel example",
         "tenstorrent/tt-xla examples/pytorch/llama.py: q/k/v/gate/up (\"model\", None), "
         "o/down (None, \"model\"), KV cache (None, \"model\", None, None)",
-        "tt-xla-llama-plan", "megatron-pair"),
+        "tt-xla-llama-plan"),
     "torch_xla_spmd": _src(
         "tt-xla PyTorch SPMD set-up",
         "CONVERT_SHLO_TO_SHARDY=1, xr.use_spmd(), Mesh(np.arange(N), shape, (\"batch\", "
@@ -244,8 +246,10 @@ CITATIONS: dict[str, Source] = {
         "tt-xla .claude/skills/sharding-model-analysis/references/ccl_cheatsheet.md: "
         "column-parallel matmul, no collective; row-parallel matmul, 1 all-reduce (the local "
         "output is a partial sum); a reduction (norm / softmax stats) over a sharded axis, "
-        "1 all-reduce of the reduced stats, small; all_reduce = reduce_scatter + all_gather",
-        "row-parallel-allreduce", "norm-stats-allreduce", "allreduce-decomposition",
+        "1 all-reduce of the reduced stats, small; attention over a sequence-sharded activation "
+        "needing full K/V, all-gather K and V along the sequence axis; all_reduce = "
+        "reduce_scatter + all_gather",
+        "row-parallel-allreduce", "norm-stats-allreduce", "allreduce-decomposition", "sequence-kv-allgather",
         "megatron-one-allreduce-per-pair"),
     "playbook_shardy_sharding": _src(
         "Tenstorrent sharding playbook, shardy_sharding.md",

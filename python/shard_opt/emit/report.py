@@ -326,6 +326,29 @@ def _layer_all_reduces(plan: dict, prefix: str, n_layers: int) -> float:
     return _plan.per_layer(ars, n_layers)
 
 
+LLAMA_COLUMNS = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
+LLAMA_ROWS = {"o_proj", "down_proj"}
+
+
+def _llama_layout(plan: dict) -> bool:
+    """Whether the plan's pairs are tt-xla's Llama example exactly: q/k/v/gate/up split on
+    ``model`` along their outputs, o/down along their inputs, nothing else in them split."""
+    pairs = megatron_pairs(plan)
+    want = {"column": ([["model"], []], LLAMA_COLUMNS), "row": ([[], ["model"]], LLAMA_ROWS)}
+    if not pairs or plan.get("source") == "jax":
+        return False
+    for pr in pairs:
+        if pr["axis"] != "model" or not set(pr["column"]) <= LLAMA_COLUMNS or not set(pr["row"]) <= LLAMA_ROWS:
+            return False
+        for a in plan.get("arguments") or []:
+            r = _plan.role(a["name"])
+            leaf = r[len(pr["block"]) + 1:] if r.startswith(pr["block"] + ".") else ""
+            for side, (spec, names) in want.items():
+                if leaf.endswith(".weight") and leaf[:-7] in names and a.get("sharding") != spec:
+                    return False
+    return True
+
+
 def section_strategy(plan: dict, cite: Citer) -> list[str]:
     p, c = plan, plan.get("cost") or {}
     out = ["## 3. Recommended strategy (summary)", ""]
@@ -337,6 +360,9 @@ def section_strategy(plan: dict, cite: Citer) -> list[str]:
                             "collectives, memory only as a loud fallback"))
     if megatron_pairs(p):
         text += " " + cite.sentence("megatron-pair", "Weights follow Megatron-style column→row pairs")
+        if _llama_layout(p):
+            text += " " + cite.sentence("tt-xla-llama-plan", "It is the layout of tt-xla's Llama example: q/k/v/gate/up "
+                                        "(\"model\", None), o/down (None, \"model\")")
     if any(_plan.is_sharded(a.get("sharding")) for a in p.get("arguments") or [] if not _plan.is_weight(a)):
         text += " Model inputs are split at the boundary, which costs nothing (each chip receives its slice)."
     cs = _plan.collectives(p)
@@ -593,11 +619,13 @@ def _why(plan: dict, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
         facts = ["every tensor replicated"]
     else:
         facts = [f"`{_leaf(g.get('role', '?'), key)}`: {_md(w)}" for g, w in whys]
-    if not facts:
-        facts = [f"`{_leaf(r, key)}`: " + ("split" if _plan.is_sharded(a.get("sharding")) else "replicated")
-                 for r, a in _first_per_role(comp["args"])]
     if facts:
         sentences.append("Search: " + "; ".join(facts) + ".")
+    grouped = {g.get("role") for g in comp["groups"]}
+    ungrouped = [(r, a) for r, a in _first_per_role(comp["args"]) if r not in grouped and a["name"] not in grouped]
+    if ungrouped:
+        sentences.append("Not searched on their own: " + ", ".join(
+            f"`{_leaf(r, key)}` ({_spec_cell(a.get('sharding'))})" for r, a in ungrouped) + ".")
     priced = [(a.get("delta_us"), g, a) for g in comp["groups"] for a in g.get("alternatives") or []
               if a.get("delta_us") is not None]
     if priced:
@@ -609,6 +637,9 @@ def _why(plan: dict, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
         if not comp["args"]:
             sentences.append(cite.sentence("shardy-propagation", "Nothing to choose here: its collectives follow from "
                                            "the shardings of the values it consumes, as Shardy propagates them"))
+        elif not comp["groups"]:
+            sentences.append(cite.sentence("shardy-propagation", "Their layout is what Shardy propagates to them from "
+                                           "the ops that use them"))
         elif weights and not any(_plan.is_sharded(a.get("sharding")) for a in weights):
             sentences.append(cite.sentence("memory-not-objective", "A weight stays replicated unless splitting it "
                                            "makes the step faster: memory balance is not an objective"))
@@ -717,9 +748,14 @@ def _kind_notes(cs: list[dict], cite: Citer) -> str:
     if any(c["kind"] == "all_reduce" and "norm" in _cause(c) for c in cs):
         out.append(cite.sentence("norm-stats-allreduce", "A norm over a split dim all-reduces its statistics, a "
                                  "small collective (the reduced dim collapses first)"))
-    if any(c["kind"] == "all_reduce" and ("partial" in _cause(c) or "row-parallel" in _cause(c)) for c in cs):
+    if any(c["kind"] == "all_reduce" and ("partial sums" in _cause(c) or "row-parallel" in _cause(c)
+                                          or (not c.get("cause") and "partial sums" in (c.get("reason") or "")))
+           for c in cs):
         out.append(cite.sentence("row-parallel-allreduce", "A row-parallel matmul leaves partial sums, closed by "
                                  "one all-reduce"))
+    if any(c["kind"] == "all_gather" and any(w in _cause(c) for w in ("k/v", "key", "sequence")) for c in cs):
+        out.append(cite.sentence("sequence-kv-allgather", "Attention over a sequence-split activation all-gathers "
+                                 "K and V along the sequence axis"))
     if "all_to_all" in kinds:
         out.append(cite.sentence("all-to-all-slow", "all_to_all lowers to pairwise point_to_point ops"))
     if "collective_permute" in kinds:
@@ -816,8 +852,9 @@ def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> 
                 + ", the 2-layer model's bill minus the 1-layer model's.", ""]
     elif prefix and n_layers > 1 and cs:
         in_layers = sum(_plan.multiplicity(c) for c in cs if _plan.in_scope(_plan.coll_module(c), prefix))
-        out += [f"Per layer: {in_layers / n_layers:g} collectives in each of the {n_layers} `{prefix}` layers; "
-                f"{count - in_layers} outside them.", ""]
+        per = in_layers / n_layers
+        out += [f"Per layer: {per:g} collective{'' if per == 1 else 's'} in each of the {n_layers} `{prefix}` "
+                f"layers; {count - in_layers} outside them.", ""]
     if cs:
         out += ["Sizes are each collective's per-device operand (bytes_per_device, the `b` of the tt-metal fits). "
                 + cite.sentence("ccl-link-bytes", "The bytes on the busiest link follow tt-metal's formulas per kind")
