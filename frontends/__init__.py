@@ -23,7 +23,7 @@ DTYPES = ("bf16", "f32", "f16")
 
 
 def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
-         phase: str = "prefill", dtype: str = "bf16") -> LoweredModel:
+         phase: str = "prefill", dtype: str = "bf16", spec: str | None = None) -> LoweredModel:
     """Lower INPUT to a ``LoweredModel``.
 
     Args:
@@ -33,6 +33,8 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
         per sequence against a KV cache of ``seq_len`` positions.
       phase: ``prefill`` or ``decode`` (decode: causal LMs only).
       dtype: ``bf16`` (default), ``f32`` or ``f16`` for parameters and activations.
+      spec: a ``--spec`` file: the user's shard spec (``frontends/shard_spec.py``), kept
+        in ``meta["shard_spec"]`` like a loader's own ``load_shard_spec``.
 
     ``.mlir`` input is taken as written: ``layers`` and ``phase=decode`` are errors for it,
     ``batch``/``seq_len``/``dtype`` do not apply.
@@ -48,7 +50,8 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
     if input.startswith("zoo:"):
         from shard_opt.frontends.zoo import load_zoo
 
-        return load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+        model = load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+        return _with_json_spec(model, spec)
     if os.path.isdir(input):
         raise UserError(f"{input}: is a directory; give a .py load script, a .mlir file, '-' (stdin) or zoo:NAME")
     ext = os.path.splitext(input)[1].lower()
@@ -61,15 +64,32 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
                             f"module is analysed as written: drop --phase decode")
         from shard_opt.frontends.mlir_frontend import load_mlir
 
-        return load_mlir(input)
+        return _with_json_spec(load_mlir(input), spec)
     if ext == ".py":
         from shard_opt.frontends.torch_frontend import load_script
 
-        return load_script(input, layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+        return load_script(input, layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, spec=spec)
     if not os.path.exists(input):
         raise UserError(f"{input}: no such file; give a .py load script, a .mlir file, '-' or zoo:NAME")
     raise UserError(f"{input}: unknown input type {ext or '(no extension)'!r}; give a .py load script, "
                     f"a .mlir file, '-' (stdin) or zoo:NAME")
+
+
+def _with_json_spec(model: LoweredModel, spec: str | None) -> LoweredModel:
+    """A zoo model or .mlir module with a ``--spec`` file (JSON: there is no PyTorch model to
+    hand a Python spec); the short copies the search lowers get it too."""
+    if spec is None:
+        return model
+    from shard_opt.frontends.shard_spec import load_spec_file
+
+    model.meta["shard_spec"] = load_spec_file(spec)
+    inner = model.with_layers
+    if inner is not None:
+        def with_layers(k: int) -> LoweredModel:
+            return _with_json_spec(inner(k), spec)
+
+        model.with_layers = with_layers
+    return model
 
 
 def list_models() -> list[str]:

@@ -592,9 +592,9 @@ def _import_script(path: str):
 
 
 def _loader_from(mod, path: str):
-    """(load_model, load_inputs) callables from a script module."""
+    """(load_model, load_inputs, the loader: ModelLoader instance or the module) from a script module."""
     if callable(getattr(mod, "load_model", None)) and callable(getattr(mod, "load_inputs", None)):
-        return mod.load_model, mod.load_inputs
+        return mod.load_model, mod.load_inputs, mod
     cls = getattr(mod, "ModelLoader", None)
     if isinstance(cls, type):
         if not (callable(getattr(cls, "load_model", None)) and callable(getattr(cls, "load_inputs", None))):
@@ -612,7 +612,7 @@ def _loader_from(mod, path: str):
                             f"give them defaults")
         else:
             obj = _run_user(path, "ModelLoader()", cls)
-        return obj.load_model, obj.load_inputs
+        return obj.load_model, obj.load_inputs, obj
     raise UserError(f"{path}: defines neither load_model()/load_inputs() nor a ModelLoader class; "
                     f"add them (load_model returns an nn.Module, load_inputs a tuple of tensors)")
 
@@ -637,15 +637,18 @@ def _normalise_inputs(raw, model: nn.Module, path: str):
 
 
 def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
-                phase: str = "prefill", dtype: str = "bf16") -> LoweredModel:
-    """Load a ``load_model``/``load_inputs`` (or ``ModelLoader``) script and lower it."""
-    from shard_opt.frontends import hf
+                phase: str = "prefill", dtype: str = "bf16", spec: str | None = None) -> LoweredModel:
+    """Load a ``load_model``/``load_inputs`` (or ``ModelLoader``) script and lower it.
+
+    The loader's ``load_shard_spec`` (and ``get_mesh_config``), or the ``spec`` file,
+    is captured into ``meta["shard_spec"]`` (``frontends/shard_spec.py``)."""
+    from shard_opt.frontends import hf, shard_spec
 
     if not os.path.isfile(path):
         raise UserError(f"{path}: no such load script; check the path")
     torch_dtype(dtype)
     mod = _import_script(path)
-    load_model, load_inputs = _loader_from(mod, path)
+    load_model, load_inputs, loader = _loader_from(mod, path)
     model = _run_user(path, "load_model()", load_model)
     if not isinstance(model, nn.Module):
         raise UserError(f"{path}: load_model() returned {type(model).__name__}, not a torch.nn.Module; "
@@ -657,6 +660,12 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
     kept = total
     if layers is not None:
         kept, total = truncate_layers(model, layers, path)
+    if spec is not None:
+        user_spec = shard_spec.load_spec_file(spec, model, run_user=_run_user)
+    else:
+        functions = shard_spec.loader_functions(loader)
+        user_spec = (shard_spec.capture(model, functions, where=path, source="loader", run_user=_run_user)
+                     if functions else None)
 
     stem = os.path.splitext(os.path.basename(path))[0]
     if phase == "decode":
@@ -669,9 +678,11 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
     prog.total_layers, prog.num_layers = total, kept
     prog.meta.update({"phase": phase, "batch": batch, "seq_len": seq_len})
     lowered = lower_program(prog, name=stem, dtype=dtype, where=path, source="pytorch", script_path=os.path.abspath(path))
+    if user_spec is not None:
+        lowered.meta["shard_spec"] = user_spec
 
     def with_layers(k: int) -> LoweredModel:
-        return load_script(path, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+        return load_script(path, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, spec=spec)
 
     if total:
         lowered.with_layers = with_layers

@@ -25,6 +25,7 @@ What an op costs is what it reads and writes on one device (DESIGN.md "Principle
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -116,6 +117,7 @@ class _Group:
         self.exits: dict = {}  # value -> bytes
         self.dtype = "f32"
         self.fidelity = None
+        self.weights: list[int] = []  # parameter arguments it reads, in order (who it belongs to)
 
 
 def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return_ops: bool = False):
@@ -215,6 +217,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
 
     groups: dict[str, _Group] = {}
     group_of: dict = {}  # Value -> the group that computed it
+    owner_of: dict = {}  # Operation -> (its fused group, or the parameter it reads): whom it belongs to
     collective_ops = []
 
     def reads_group_value(operand, reader_group) -> None:
@@ -253,6 +256,13 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         if name in SDY_COLLECTIVES:
             reads_group_value(operands[0], None)
+            for tracked in (weight_values, cache_values):  # a gathered / sliced weight is still one
+                if operands[0] in tracked:
+                    tracked.update(results)
+            if name == "sdy.reduce_scatter" and _splits_residual_stream(op, weight_values):
+                facts.violations.append("residual-stream")
+            elif name == "sdy.collective_permute":
+                facts.violations.append("collective-permute")
             facts.collectives.append(
                 _collective(op, index, local_of, shard, mesh, meshes, origin.get(operands[0], -1))
             )
@@ -277,6 +287,9 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                     if o in weight_values:
                         g.weight_bytes += b
                         g.fidelity = g.fidelity or stored.get(src.get(o, o))
+                        if o in origin:
+                            g.weights.append(origin[o])
+            owner_of[op.operation] = (g, None)
             for r in results:
                 group_of[r] = g
             if outs:
@@ -284,12 +297,15 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         for o in operands:
             reads_group_value(o, None)
+        owner_of[op.operation] = (None, next((origin[o] for o in operands if o in weight_values and o in origin),
+                                             None))
         bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
                                                cache_values)
         fidelity = next((stored[src.get(o, o)] for o in operands if src.get(o, o) in stored), None)
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
                                 kind=_kind(op, name), fidelity=fidelity))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
+    facts.collectives = [_attributed(c, op, owner_of) for c, op in zip(facts.collectives, collective_ops)]
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
         bytes_out = sum(g.exits.values())
@@ -316,6 +332,93 @@ def _walk(op):
                 yield child
                 if child.operation.name not in _APPLICATORS:
                     yield from _walk(child)
+
+
+# what a reduction is for, by the fused group that needs it
+_CAUSES = {"norm": "norm statistics", "softmax": "softmax statistics"}
+
+
+def _attributed(c: Collective, op, owner_of: dict) -> Collective:
+    """``c`` attributed to the op that needs it: for a reduction, the op whose partial sums
+    it completes (a norm's statistics belong to the norm); for a gather, a slice or a
+    move, the first op that reads its result. The owner is that op's fused group (its
+    first parameter: a norm's scale) or the parameter it reads; else the value's origin."""
+    reduce = c.kind in ("all_reduce", "reduce_scatter")
+    ops = [op.operands[0].owner] if reduce else [u.owner for u in op.results[0].uses]
+    for _ in range(4):  # past layout ops and other collectives
+        nxt = []
+        for o in ops:
+            name = getattr(o, "name", "")
+            if name in SDY_COLLECTIVES or name in ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose",
+                                                   "stablehlo.broadcast_in_dim", "sdy.sharding_constraint"):
+                nxt += [o.operands[0].owner] if reduce else [u.owner for u in o.results[0].uses]
+                continue
+            owner = owner_of.get(getattr(o, "operation", None))
+            if owner is None:
+                continue
+            group, weight = owner
+            cause = c.cause
+            if reduce and group is not None and group.kind in ("norm", "softmax"):
+                cause = _CAUSES[group.kind]
+            elif reduce and (name == "stablehlo.dot_general" or group is not None and group.kind == "linear"):
+                cause = "row-parallel partial sums"
+            elif group is not None and group.kind == "sdpa" and c.kind == "all_gather":
+                cause = "attention inputs"
+            if group is not None and group.weights:
+                return dataclasses.replace(c, origin_arg=group.weights[0], cause=cause)
+            if weight is not None:
+                return dataclasses.replace(c, origin_arg=weight, cause=cause)
+            if group is not None:
+                return dataclasses.replace(c, cause=cause)
+        ops = nxt
+        if not ops:
+            break
+    return c
+
+
+def _splits_residual_stream(op, weight_values: set) -> bool:
+    """A row-parallel matmul's partial sums reduce-scattered onto its output features and
+    added into another value: the residual stream left split on the axis the matmul
+    reduced over (safety rule ``residual-stream``). A scatter onto tokens (sequence
+    parallelism) is not: only a scattered dim as long as one of the weight's output
+    features counts."""
+    producer = op.operands[0].owner
+    for _ in range(4):  # through reshapes / converts between the matmul and its reduction
+        name = getattr(producer, "name", "")
+        if name in ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose"):
+            producer = producer.operands[0].owner
+            continue
+        break
+    if getattr(producer, "name", "") != "stablehlo.dot_general":
+        return False
+    text = str(producer.attributes["dot_dimension_numbers"])
+    features = set()
+    for i, key in ((0, "lhs"), (1, "rhs")):
+        operand = producer.operands[i]
+        if operand not in weight_values:
+            continue
+        shape = ir.tensor_type(operand.type)[0]
+        used = set(_dims(text, f"{key}_contracting_dimensions")) | set(_dims(text, f"{key}_batching_dimensions"))
+        features |= {shape[d] for d in range(len(shape)) if d not in used}
+    if not features:
+        return False
+    axes = re.findall(r"\{([^}]*)\}", str(op.attributes["reduce_scatter_axes"]))
+    shape = ir.tensor_type(op.results[0].type)[0]
+    if not any(a.strip() and shape[d] in features for d, a in enumerate(axes)):
+        return False
+    return _reaches_add(op.results[0])
+
+
+def _reaches_add(value, depth: int = 0) -> bool:
+    for use in value.uses:
+        owner = use.owner
+        name = owner.name
+        if name == "stablehlo.add":
+            return True
+        if depth < 4 and name in ("stablehlo.reshape", "stablehlo.convert", "sdy.all_gather", "sdy.reshard"):
+            if _reaches_add(owner.results[0], depth + 1):
+                return True
+    return False
 
 
 def _nbytes(shape, dtype: str) -> int:

@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from shard_opt.candidates import Group
 from shard_opt.lowered import Argument, LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
@@ -114,3 +116,66 @@ def autoshard_groups(model: LoweredModel, mesh: Mesh) -> list[Group]:
             groups.append(Group(f"shape {list(shape)}", tuple(m.index for m in members), shape,
                                 members[0].kind, tuple(opts), by="shape"))
     return groups
+
+
+@dataclass
+class LoaderSpec:
+    """The user's own plan (a loader's ``load_shard_spec`` or ``--spec``) on one mesh.
+
+    Attributes:
+      by_role: argument role (or name) -> sharding; arguments not listed are replicated.
+      source: ``loader`` or ``spec file``; where: the file it came from.
+      mesh: the mesh the loader's ``get_mesh_config`` gives for this many devices (None
+        when it has none).
+      unmatched: spec entries that name no tensor of the model, or axes the mesh lacks.
+      not_dividing: splits that do not divide their dim; replicated, as tt-xla's
+        ``safe_mark_sharding`` does ({name, dim, size, axes}).
+    """
+
+    by_role: dict[str, TensorSharding]
+    source: str
+    where: str
+    mesh: list[int] | None
+    unmatched: list[str] = field(default_factory=list)
+    not_dividing: list[dict] = field(default_factory=list)
+
+
+def loader_spec(model: LoweredModel, mesh: Mesh) -> LoaderSpec | None:
+    """The loader's (or ``--spec``'s) plan for ``mesh``, or None when the model has none.
+
+    Mesh axes of size 1 count as replicated (tt-xla ``python_package/tt_torch/sharding.py``:
+    on a (1, N) mesh ``("model", "batch")`` is plain 1-D Megatron).
+    """
+    data = model.meta.get("shard_spec")
+    if not data:
+        return None
+    entry = data["by_devices"].get(str(mesh.num_devices)) or data["by_devices"].get("*")
+    if entry is None:
+        return None
+    args = {a.name: a for a in model.arguments}
+    out = LoaderSpec({}, data["source"], data["where"], entry.get("mesh"), list(entry.get("unmatched", [])))
+    sizes = dict(zip(mesh.axes, mesh.shape))
+    for name, dims in entry["spec"].items():
+        a = args.get(name)
+        if a is None:
+            out.unmatched.append(name)
+            continue
+        if len(dims) != len(a.shape):
+            out.unmatched.append(f"{name} (a spec of {len(dims)} dims for a {len(a.shape)}-dim tensor)")
+            continue
+        split = []
+        for d, entry_axes in enumerate(dims):
+            axes = [] if entry_axes is None else ([entry_axes] if isinstance(entry_axes, str) else list(entry_axes))
+            missing = [x for x in axes if x not in sizes]
+            if missing:
+                out.unmatched.append(f"{name}: axis {', '.join(missing)} is not a mesh axis ({', '.join(mesh.axes)})")
+            axes = [x for x in axes if sizes.get(x, 1) > 1]
+            factor = 1
+            for x in axes:
+                factor *= sizes[x]
+            if axes and a.shape[d] % factor:
+                out.not_dividing.append({"name": name, "dim": d, "size": a.shape[d], "axes": axes})
+                axes = []
+            split.append(axes)
+        out.by_role.setdefault(a.role, TensorSharding.of(split))
+    return out

@@ -35,7 +35,7 @@ LONG_FLAGS = (
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
     "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
-    "weight-dtype", "no-cache",
+    "weight-dtype", "no-cache", "spec", "allow",
 )
 
 
@@ -88,7 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-passes", action="store_true")
     p.add_argument("--list-systems", action="store_true")
     p.add_argument("--allow-collective-permute", action="store_true",
-                   help="price collective_permute instead of rejecting it (tt-mlir issue 3370)")
+                   help="price collective_permute instead of rejecting it (tt-mlir issue 3370); "
+                        "the same as --allow collective-permute")
+    p.add_argument("--allow", metavar="RULE[,RULE...]",
+                   help="turn off compiler-safety rules (shard_opt/safety.py): residual-stream, vocab-gather, "
+                        "heads, conv-spatial, collective-permute")
+    p.add_argument("--spec", metavar="SPEC.py|SPEC.json",
+                   help="your own shard spec (load_shard_spec(model) in a .py, or {name: spec} JSON), priced "
+                        "as the loader-spec baseline (and alone with --evaluate)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the lowering cache for this run (default: $SHARD_OPT_CACHE, "
@@ -252,6 +259,7 @@ def _run_parsed(ns) -> int:
     with timing.phase("import"):
         from shard_opt import costmodel
         from shard_opt.candidates import PARALLELISM
+        from shard_opt import safety
         from shard_opt.sharding import Mesh
         from shard_opt.weights import WeightFormats
 
@@ -262,6 +270,7 @@ def _run_parsed(ns) -> int:
         raise UserError(f"--parallelism {ns.parallelism!r}: use a comma list of {', '.join(PARALLELISM)}")
     weights = WeightFormats.parse(ns.weight_dtype)
     costmodel.get_cost_model(ns.cost_model)  # an unknown model or option fails before any work
+    allow = safety.parse_allow(ns.allow) | ({"collective-permute"} if ns.allow_collective_permute else set())
     for flag in ("layers", "batch", "seq_len", "devices"):
         v = getattr(ns, flag)
         if v is not None and v < 1:
@@ -287,7 +296,7 @@ def _run_parsed(ns) -> int:
     cache.reset_stats()
     with timing.phase("lower"):
         models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
-                                 dtype=ns.dtype) for i in ns.inputs]
+                                 dtype=ns.dtype, spec=ns.spec) for i in ns.inputs]
     if ns.emit_torch:  # before the search: fail fast
         _check_torch_source(models[0])
     if ns.describe:
@@ -302,8 +311,8 @@ def _run_parsed(ns) -> int:
         from shard_opt.driver import Options, evaluate_existing
 
     opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
-                   allow_collective_permute=ns.allow_collective_permute, progress=not ns.quiet,
-                   propagation=ns.propagation, weights=weights)
+                   allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
+                   propagation=ns.propagation, weights=weights, allow=frozenset(allow))
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")

@@ -14,10 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir
-from shard_opt.baselines import autoshard_groups, megatron_pairs, megatron_shardings
+from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, make_groups, site_groups
 from shard_opt.errors import UserError
-from shard_opt.evaluate import Evaluator, Score, constraints_for, shardings_for
+from shard_opt.evaluate import (
+    Evaluator, LayeredEvaluator, Score, constraints_for, shardings_by_role, shardings_for,
+)
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
@@ -42,13 +44,14 @@ class Options:
     allow_collective_permute: bool = False
     propagation: str = "tt-mlir"  # shardy-propagate's pipeline (tt-mlir's, or Shardy's own "sdy")
     weights: WeightFormats = field(default_factory=WeightFormats)  # --weight-dtype
+    allow: frozenset = frozenset()  # compiler-safety rules turned off (--allow; shard_opt.safety)
     progress: bool = True
     baselines: bool = True
     stream: object = None
 
     def setting(self) -> dict:
         """The ``Evaluator`` options these options imply."""
-        return {"pipeline": self.propagation, "weights": self.weights}
+        return {"pipeline": self.propagation, "weights": self.weights, "allow": self.allow}
 
 
 @dataclass
@@ -103,6 +106,11 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
         baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         seeds.append(assignment_of(groups, autoshard))
+    user = loader_spec(model, mesh)
+    if user is not None:
+        # the user's own plan: priced as a baseline, and a seed (the search starts from it)
+        baselines["loader-spec"] = _loader_baseline(model, scorer, user)
+        seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
     t0 = time.monotonic()
     sites = site_groups(model.text, meshes, set(opts.parallelism))
     result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
@@ -159,6 +167,11 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     )
     plan["propagation"] = opts.propagation
     _note_weights(plan, opts.weights, model)
+    per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
+    if per_layer is not None:
+        plan["cost"]["ccl_per_layer"], plan["layer_collectives"] = per_layer, layer
+    if user is not None:
+        plan["loader_comparison"] = _loader_comparison(groups, assignment, scorer, user)
     constraints = constraints_for(groups, assignment)
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
@@ -265,6 +278,89 @@ def _group_info(groups, assignment, result) -> list[dict]:
     return info
 
 
+def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec) -> dict:
+    """The ``loader-spec`` baseline: the spec priced like the others, with what it names."""
+    out = score_dict(scorer.score_by_role(user.by_role))
+    out.update({
+        "source": user.source, "where": user.where, "mesh": user.mesh,
+        "arguments": {role: sh.axis_names() for role, sh in user.by_role.items()},
+        "unmatched": user.unmatched, "not_dividing": user.not_dividing,
+    })
+    per_layer, layer = layer_bill(scorer, by_role=user.by_role)
+    if per_layer is not None:
+        out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
+    return out
+
+
+def _loader_comparison(groups, assignment, scorer, user: LoaderSpec) -> list[dict]:
+    """Component by component, where the loader's spec and the plan differ: what the
+    spec's choice costs with the rest of the plan kept (so each difference is priced on
+    its own), and why in words."""
+    base = scorer.score(groups, assignment)
+    out = []
+    for gi, g in enumerate(groups):
+        if g.by == "site":
+            continue
+        want = user.by_role.get(g.role)
+        want_names = want.axis_names() if want is not None else [[] for _ in g.shape]
+        mine = g.options[assignment[gi]].axis_names()
+        if want_names == mine:
+            continue
+        entry = {"component": g.role, "expert": want_names, "plan": mine}
+        option = next((o for o, opt in enumerate(g.options) if opt.axis_names() == want_names), None)
+        if option is None:
+            entry["reason"] = "the spec's split is not one the search considers for this tensor"
+        else:
+            alt = scorer.score(groups, assignment[:gi] + (option,) + assignment[gi + 1:])
+            entry.update(_delta(alt, base))
+        out.append(entry)
+    for role, sh in user.by_role.items():
+        if not any(g.role == role for g in groups) and not sh.is_replicated:
+            out.append({"component": role, "expert": sh.axis_names(), "plan": None,
+                        "reason": "a 1-D parameter: the plan leaves it open for Shardy to split with its consumer"})
+    return out
+
+
+def _delta(alt: Score, base: Score) -> dict:
+    """How ``alt`` compares with ``base``: time, collectives, bytes, in numbers and words."""
+    d_us, d_ccl, d_bytes = alt.total_us - base.total_us, alt.ccl_count - base.ccl_count, alt.ccl_bytes - base.ccl_bytes
+    words = [f"{d_us:+.1f} us"]
+    if d_ccl:
+        words.append(f"{d_ccl:+d} collective{'s' if abs(d_ccl) != 1 else ''}")
+    if d_bytes:
+        words.append(f"{d_bytes / 2**20:+.2f} MiB moved per device")
+    if alt.compute_us != base.compute_us:
+        words.append(f"compute {alt.compute_us - base.compute_us:+.1f} us")
+    if alt.fits != base.fits:
+        words.append("fits in DRAM" if alt.fits else "does not fit in DRAM")
+    return {"total_us": round(alt.total_us, 3), "delta_us": round(d_us, 3), "ccl_count": alt.ccl_count,
+            "delta_ccls": d_ccl, "delta_bytes": d_bytes, "reason": ", ".join(words)}
+
+
+def layer_bill(scorer, *, by_role=None, groups=None, assignment=None) -> tuple[int | None, list[dict]]:
+    """The collectives of one repeated layer: the 2-layer model's minus the 1-layer model's
+    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole."""
+    if not isinstance(scorer, LayeredEvaluator):
+        return None, []
+    if by_role is not None:
+        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role)) for e in (scorer.e1, scorer.e2))
+    else:
+        f1, f2 = (e.facts(groups, assignment) for e in (scorer.e1, scorer.e2))
+
+    def sig(c):
+        return c.kind, c.axes, c.global_shape, c.dtype, c.bytes_per_device
+
+    left = [sig(c) for c in f1.collectives]
+    extra = []
+    for c in f2.collectives:
+        if sig(c) in left:
+            left.remove(sig(c))
+        else:
+            extra.append({"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
+                          "bytes_per_device": c.bytes_per_device})
+    return len(f2.collectives) - len(f1.collectives), extra
+
+
 def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
     """Replicated, Megatron and AutoShardingPass plans, priced by ``scorer``; also the
     autoshard plan's argument shardings (a seed for the search)."""
@@ -303,9 +399,20 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     cm = costmodel.get_cost_model(opts.cost_model, allow_collective_permute=opts.allow_collective_permute)
     existing = analysis.arg_shardings(ir.main_func(module))
     shardings = {i: s for i, s in enumerate(existing) if s is not None}
+    user = loader_spec(model, mesh) if not shardings else None
+    if user is not None:  # a load script's own spec (or --spec): that is the plan to price
+        shardings = shardings_by_role(model, user.by_role)
     ev = Evaluator(model, mesh, system, cm, **opts.setting())
     final = ev.run(shardings, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan["propagation"] = opts.propagation
     _note_weights(plan, opts.weights, model)
+    if user is not None:
+        plan["strategy"] = f"the {user.source}'s shard spec ({user.where})"
+        plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,
+                                             "mesh": user.mesh, "unmatched": user.unmatched,
+                                             "not_dividing": user.not_dividing}}
+        if user.mesh and list(user.mesh) != list(mesh.shape):
+            plan.setdefault("notes", []).append(
+                f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
     return Outcome(plan, annotate(model, mesh, shardings), final.text, model)

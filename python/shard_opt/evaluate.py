@@ -46,12 +46,16 @@ class Score:
     ccl_bytes: int
     memory_bytes: int
     fits: bool
+    unsafe: tuple[str, ...] = ()  # compiler-safety rules it breaks (shard_opt.safety)
 
     @staticmethod
-    def of(cost: Cost, facts: ModuleFacts) -> "Score":
+    def of(cost: Cost, facts: ModuleFacts, allow: frozenset[str] = frozenset()) -> "Score":
+        """A module's score; a plan that breaks a safety rule the user did not allow scores
+        infinite (its times stay, for the report)."""
+        unsafe = tuple(sorted(set(facts.violations) - set(allow)))
         return Score(
-            cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
-            sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits,
+            math.inf if unsafe else cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
+            sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits, unsafe,
         )
 
     def key(self) -> tuple:
@@ -73,10 +77,12 @@ class Evaluation:
     facts: ModuleFacts
     text: str | None = None  # the propagated module with explicit collectives
     storage: dict = field(default_factory=dict)  # argument index -> block-float format
+
+    allow: frozenset = frozenset()
     score: Score = field(init=False)
 
     def __post_init__(self):
-        self.score = Score.of(self.cost, self.facts)
+        self.score = Score.of(self.cost, self.facts, self.allow)
 
 
 def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
@@ -131,9 +137,38 @@ _UIDS = itertools.count()
 
 
 def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
-    """What a candidate is: the (group, chosen sharding) pairs that are not replicated."""
+    """What a candidate is across models (the layered scorer's memo): the (group, chosen
+    sharding) pairs that are not replicated."""
     return tuple(sorted((g.key(), g.options[o].body()) for g, o in zip(groups, assignment)
                         if not g.options[o].is_replicated))
+
+
+def candidate_key(model: LoweredModel, shardings: dict[int, TensorSharding], constraints: dict) -> tuple:
+    """A candidate on one model: the argument shardings that differ from the default (closed
+    and replicated; absent for the arguments that follow their consumer), and the constraints."""
+    follow = _followers(model)
+    entries = []
+    for i, s in shardings.items():
+        if i in follow or not s.is_replicated or s.open_dims:
+            entries.append((i, s.body()))
+    return tuple(sorted(entries)), tuple(sorted((k, v.body()) for k, v in constraints.items()))
+
+
+def _followers(model: LoweredModel) -> frozenset[int]:
+    cached = model.meta.get("_followers")
+    if cached is None:
+        cached = model.meta["_followers"] = frozenset(a.index for a in model.arguments if follows_consumer(a))
+    return cached
+
+
+def shardings_by_role(model: LoweredModel, by_role: dict[str, TensorSharding]) -> dict[int, TensorSharding]:
+    """Argument index -> sharding for a plan given per role (``model.layers.*.mlp.up_proj.weight``)
+    or per name: listed arguments take theirs, the others are replicated (closed)."""
+    out = {}
+    for a in model.arguments:
+        s = by_role.get(a.name, by_role.get(a.role))
+        out[a.index] = s if s is not None else TensorSharding.replicated(len(a.shape))
+    return out
 
 
 class Evaluator:
@@ -146,13 +181,15 @@ class Evaluator:
 
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
                  result_shardings: dict | None = None, pipeline: str = "tt-mlir",
-                 weights: WeightFormats | None = None, prepared: tuple[str, dict] | None = None):
+                 weights: WeightFormats | None = None, prepared: tuple[str, dict] | None = None,
+                 allow: frozenset[str] = frozenset()):
         self.model = model
         self.mesh = mesh
         self.system = system
         self.cost_model = cost_model
         self.result_shardings = result_shardings or {}
         self.pipeline = pipeline  # shardy-propagate's pipeline: "tt-mlir" or "sdy"
+        self.allow = frozenset(allow)  # safety rules the user turned off (shard_opt.safety)
         self.facts_memo: dict[tuple, ModuleFacts] = {}
         self.memo: dict[tuple, Score] = {}
         self.stats = {"evaluations": 0, "seconds": 0.0}  # in this process, shared by views
@@ -171,7 +208,7 @@ class Evaluator:
     def spec(self) -> tuple:
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
         return (self.uid, self.model.name, self.text, self.model.arguments, self.mesh,
-                self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage)
+                self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage, self.allow)
 
     @property
     def seconds_each(self) -> float | None:
@@ -209,21 +246,39 @@ class Evaluator:
             text = ir.print_module(module)
             chosen = arg_shardings(ir.main_func(module))
             shardings = {**{i: s for i, s in enumerate(chosen) if s is not None}, **shardings}
-        return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text, dict(self.storage))
+        return Evaluation(shardings, self.cost_model.price(facts, self.system), facts, text, dict(self.storage),
+                          self.allow)
+
+    def key(self, groups: list[Group], assignment: tuple[int, ...]) -> tuple:
+        """What a candidate is on this model: its argument shardings and constraints (so
+        the same plan reached through other groups, as a baseline's, is priced once)."""
+        return candidate_key(self.model, shardings_for(self.model, groups, assignment),
+                             constraints_for(groups, assignment))
 
     def facts(self, groups: list[Group], assignment: tuple[int, ...]) -> ModuleFacts:
-        key = memo_key(groups, assignment)
+        return self.facts_of(shardings_for(self.model, groups, assignment), constraints_for(groups, assignment))
+
+    def facts_of(self, shardings: dict[int, TensorSharding], constraints: dict | None = None) -> ModuleFacts:
+        """The facts of one candidate given as argument shardings (memoized)."""
+        key = candidate_key(self.model, shardings, constraints or {})
         if key not in self.facts_memo:
-            self.facts_memo[key] = self.propagate(shardings_for(self.model, groups, assignment),
-                                                  constraints=constraints_for(groups, assignment))[0]
+            self.facts_memo[key] = self.propagate(shardings, constraints=constraints)[0]
         return self.facts_memo[key]
 
     def score(self, groups: list[Group], assignment: tuple[int, ...]) -> Score:
-        key = memo_key(groups, assignment)
+        return self.score_of(shardings_for(self.model, groups, assignment), constraints_for(groups, assignment))
+
+    def score_of(self, shardings: dict[int, TensorSharding], constraints: dict | None = None) -> Score:
+        key = candidate_key(self.model, shardings, constraints or {})
         if key not in self.memo:
-            facts = self.facts(groups, assignment)
-            self.memo[key] = Score.of(self.cost_model.price(facts, self.system), facts)
+            facts = self.facts_of(shardings, constraints)
+            self.memo[key] = Score.of(self.cost_model.price(facts, self.system), facts, self.allow)
         return self.memo[key]
+
+    def score_by_role(self, by_role: dict[str, TensorSharding], constraints: dict | None = None) -> Score:
+        """The score of a plan given per argument role (a loader's spec): listed roles take
+        their sharding, every other argument is replicated."""
+        return self.score_of(shardings_by_role(self.model, by_role), constraints)
 
     def screen_many(self, groups: list[Group], assignments: list[tuple[int, ...]]) -> list[Score]:
         """A cheap proxy score for ranking moves; for a single model, the score itself."""
@@ -233,7 +288,7 @@ class Evaluator:
         """Scores of many candidates; the ones never propagated run in parallel."""
         todo = {}
         for a in assignments:
-            key = memo_key(groups, a)
+            key = self.key(groups, a)
             if key not in self.facts_memo and key not in todo:
                 todo[key] = tuple(a)
         if todo and self.seconds_each is None:  # time one in-process first
@@ -319,6 +374,10 @@ class LayeredEvaluator:
             self.memo[key] = extrapolate(s1, s2, self.layers, self.e2.system)
         return self.memo[key]
 
+    def score_by_role(self, by_role: dict[str, TensorSharding], constraints: dict | None = None) -> Score:
+        s1, s2 = self.e1.score_by_role(by_role, constraints), self.e2.score_by_role(by_role, constraints)
+        return extrapolate(s1, s2, self.layers, self.e2.system)
+
 
 def extrapolate(s1: Score, s2: Score, layers: int, system) -> Score:
     k = layers - 1
@@ -334,4 +393,5 @@ def extrapolate(s1: Score, s2: Score, layers: int, system) -> Score:
         lin(s1.score, s2.score), lin(s1.total_us, s2.total_us), lin(s1.compute_us, s2.compute_us),
         lin(s1.ccl_us, s2.ccl_us), int(round(lin(s1.ccl_count, s2.ccl_count))),
         int(round(lin(s1.ccl_bytes, s2.ccl_bytes))), memory, memory <= usable,
+        tuple(sorted(set(s1.unsafe) | set(s2.unsafe))),
     )

@@ -48,8 +48,12 @@ class Collective:
       loc: source location of the value it reshards, when the module has one.
       producer: name of the op producing its operand (``stablehlo.dot_general``...).
       reason: short human text: which sharding conflict it resolves.
-      origin_arg: index of the parameter nearest upstream of its operand (the weight
-        of the op that produced it), -1 if none: names the component it belongs to.
+      origin_arg: the parameter of the op that needs it (the norm whose statistics an
+        all_reduce completes, the matmul whose partial sums it sums, the op that reads a
+        gathered value), else the parameter nearest upstream of its operand; -1 if none:
+        names the component it belongs to.
+      cause: what it is for, when known (``norm statistics``, ``row-parallel partial sums``,
+        ``attention``...).
     """
 
     kind: str
@@ -65,6 +69,7 @@ class Collective:
     producer: str = ""
     reason: str = ""
     origin_arg: int = -1
+    cause: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class ModuleFacts:
       arg_local_elements: per argument, element count on one device.
       peak_activation_bytes: a simple upper bound on live activations on one device
         (the largest sum of one op's operands and results).
+      violations: the compiler-safety rules (``shard_opt.safety``) the module breaks, one
+        entry per offending op (``residual-stream``, ``collective-permute``).
     """
 
     mesh_shape: tuple[int, ...]
@@ -122,6 +129,7 @@ class ModuleFacts:
     arg_global_elements: list[int] = field(default_factory=list)
     arg_local_elements: list[int] = field(default_factory=list)
     peak_activation_bytes: int = 0
+    violations: list[str] = field(default_factory=list)
 
     @property
     def param_bytes_per_device(self) -> int:

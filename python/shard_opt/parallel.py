@@ -109,10 +109,10 @@ def _evaluator(spec):
         from shard_opt.evaluate import Evaluator
         from shard_opt.lowered import LoweredModel
 
-        _, name, text, arguments, mesh, system, cost_model, result_shardings, pipeline, storage = spec
+        _, name, text, arguments, mesh, system, cost_model, result_shardings, pipeline, storage, allow = spec
         model = LoweredModel(name, text, arguments)
         _EVALUATORS[uid] = Evaluator(model, mesh, system, cost_model, result_shardings=result_shardings,
-                                     pipeline=pipeline, prepared=(text, storage))
+                                     pipeline=pipeline, prepared=(text, storage), allow=allow)
     return _EVALUATORS[uid]
 
 

@@ -83,7 +83,7 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
             "component": component_of(origin.name) if origin else "(model inputs)",
             "layer": origin.layer if origin else None,
             "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
-            "reason": c.reason,
+            "reason": c.reason, **({"cause": c.cause} if c.cause else {}),
         })
     plan = {
         "model": model.name,

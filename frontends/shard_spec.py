@@ -1,0 +1,155 @@
+"""The user's own shard spec: a loader's ``load_shard_spec`` or a ``--spec`` file.
+
+tt-forge-models loaders define ``ModelLoader.load_shard_spec(model)`` returning
+``{tensor: partition_spec}`` -- the keys are the model's parameter tensors themselves,
+the values tuples with one entry per dim (``None``, an axis name, or a tuple of axis
+names) -- and ``ModelLoader.get_mesh_config(num_devices)`` returning the mesh shape
+(or ``(shape, axis_names)``) the spec was written for; tt-xla's test runner applies it
+with ``xs.mark_sharding(tensor, mesh, spec)`` (references/expert_specs.md). A spec may
+depend on the mesh (the Wan VAE loader picks its axis in ``get_mesh_config``), so for
+each standard device count the mesh is asked first, then the spec.
+
+``capture`` turns a spec into plain data the plan can carry::
+
+    {"source": "loader" | "spec file", "where": PATH,
+     "by_devices": {"8": {"mesh": [2, 4] | None, "spec": {name: [None | axis | [axes]]},
+                          "unmatched": [...]}, ...}}
+
+(``"*"`` when the spec does not depend on the device count). Keys are named as
+PyTorch names the tensors (``named_parameters`` / ``named_buffers``); a key that is
+not one of the model's tensors is listed as ``unmatched``.
+
+A ``--spec`` file is a Python file defining ``load_shard_spec(model)`` (and optionally
+``get_mesh_config(num_devices)``), or JSON: ``{"mesh": [2, 4], "spec": {name: [...]}}``
+or just ``{name: [...]}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from shard_opt.errors import UserError
+
+DEVICE_COUNTS = (1, 2, 4, 8, 32)  # the standard systems (references/tenstorrent.md section 1)
+
+
+def loader_functions(obj) -> tuple:
+    """(load_shard_spec, get_mesh_config or None) of a loader object or module, or None."""
+    spec = getattr(obj, "load_shard_spec", None)
+    if not callable(spec):
+        return None
+    mesh = getattr(obj, "get_mesh_config", None)
+    return spec, mesh if callable(mesh) else None
+
+
+def capture(model, functions, *, where: str, source: str, run_user) -> dict | None:
+    """The spec ``functions`` (from ``loader_functions``) give for ``model``, for every
+    standard device count; None when the loader returns no spec. ``run_user`` calls the
+    user's code (output to stderr, errors as one line)."""
+    load_shard_spec, get_mesh_config = functions
+    names = {}
+    for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
+        names.setdefault(id(t), name)
+    by_devices = {}
+    for n in (DEVICE_COUNTS if get_mesh_config is not None else ("*",)):
+        mesh = None
+        if get_mesh_config is not None:
+            mesh = _mesh_shape(run_user(where, f"get_mesh_config({n})", get_mesh_config, n), where, n)
+        raw = run_user(where, "load_shard_spec(model)", load_shard_spec, model)
+        if raw is None:
+            continue
+        by_devices[str(n)] = {"mesh": mesh, **_named(raw, names, where)}
+    if not by_devices:
+        return None
+    return {"source": source, "where": where, "by_devices": by_devices}
+
+
+def load_spec_file(path: str, model=None, *, run_user=None) -> dict:
+    """A ``--spec`` file as ``capture`` returns it. Python files need the model (load
+    scripts); JSON works for every input."""
+    if not os.path.isfile(path):
+        raise UserError(f"--spec {path}: no such file; give a .py defining load_shard_spec(model) or a .json")
+    if path.endswith(".json"):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise UserError(f"--spec {path}: not valid JSON ({e}); write {{\"spec\": {{name: [..]}}}}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"--spec {path}: expected an object of tensor name -> partition spec")
+        mesh = data.get("mesh")
+        spec = data.get("spec", data if "spec" not in data else None)
+        if not isinstance(spec, dict):
+            raise UserError(f"--spec {path}: \"spec\" must map tensor names to partition specs")
+        entries = {str(k): _dims(v, path, k) for k, v in spec.items() if k != "mesh"}
+        return {"source": "spec file", "where": path,
+                "by_devices": {"*": {"mesh": list(mesh) if mesh else None, "spec": entries, "unmatched": []}}}
+    if not path.endswith(".py"):
+        raise UserError(f"--spec {path}: give a .py defining load_shard_spec(model) or a .json")
+    if model is None:
+        raise UserError(f"--spec {path}: a Python spec needs the PyTorch model; use it with a load script, or "
+                        f"write the spec as JSON for this input")
+    import importlib.util
+
+    mod_spec = importlib.util.spec_from_file_location("shard_opt_user_spec", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    run_user(path, "importing the spec", mod_spec.loader.exec_module, mod)
+    functions = loader_functions(mod)
+    if functions is None:
+        raise UserError(f"--spec {path}: defines no load_shard_spec(model); define it (returning "
+                        f"{{tensor: partition_spec}})")
+    found = capture(model, functions, where=path, source="spec file", run_user=run_user)
+    if found is None:
+        raise UserError(f"--spec {path}: load_shard_spec(model) returned None; return a dict")
+    return found
+
+
+def _mesh_shape(raw, where: str, n) -> list[int] | None:
+    """``get_mesh_config``'s answer: a shape, or (shape, axis names)."""
+    if raw is None:
+        return None
+    if isinstance(raw, tuple) and len(raw) == 2 and isinstance(raw[0], (tuple, list)):
+        raw = raw[0]
+    try:
+        shape = [int(x) for x in raw]
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: get_mesh_config({n}) returned {raw!r}; return a mesh shape such as (2, 4)") from None
+    return shape
+
+
+def _named(raw, names: dict, where: str) -> dict:
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: load_shard_spec returned {type(raw).__name__}; return {{tensor: partition_spec}}")
+    spec, unmatched = {}, []
+    for key, value in raw.items():
+        if isinstance(key, str):
+            name = key
+        else:
+            name = names.get(id(key))
+            if name is None:
+                shape = "x".join(str(s) for s in getattr(key, "shape", ()))
+                unmatched.append(f"a {shape or 'non-tensor'} tensor that is not one of the model's parameters")
+                continue
+        spec[name] = _dims(value, where, name)
+    return {"spec": spec, "unmatched": unmatched}
+
+
+def _dims(value, where: str, name) -> list:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, (tuple, list)):
+        raise UserError(f"{where}: the spec of {name} is {value!r}; give a tuple with one entry per dim")
+    out = []
+    for v in value:
+        if v is None:
+            out.append(None)
+        elif isinstance(v, str):
+            out.append(v)
+        elif isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v):
+            out.append(list(v))
+        else:
+            raise UserError(f"{where}: the spec of {name} has entry {v!r}; use None, an axis name or a tuple of them")
+    return out

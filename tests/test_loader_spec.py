@@ -1,0 +1,90 @@
+"""The user's own plan: a loader's load_shard_spec / get_mesh_config, or --spec (baseline loader-spec)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC_SCRIPT = os.path.join(ROOT, "examples", "llama_spec_load.py")
+LLAMA = os.path.join(ROOT, "examples", "llama_load.py")
+MLP = os.path.join(ROOT, "examples", "mlp.mlir")
+
+
+def run(run_cli, tmp_path, *args):
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(*args, "--plan-json", plan_path, "-o", os.devnull)
+    assert code == 0, err
+    return json.loads(plan_path.read_text()), err
+
+
+def test_a_loader_spec_is_a_baseline_compared_component_by_component(run_cli, tmp_path):
+    plan, err = run(run_cli, tmp_path, SPEC_SCRIPT, "--mesh", "1x4")
+    base = plan["baselines"]["loader-spec"]
+    assert base["source"] == "loader" and base["mesh"] == [1, 4] and not base["unmatched"]
+    assert base["arguments"]["model.layers.*.self_attn.q_proj.weight"] == [["model"], []]
+    assert base["arguments"]["model.layers.*.mlp.down_proj.weight"] == [[], ["model"]]
+    assert plan["cost"]["total_us"] <= base["total_us"]  # the search starts from the spec
+    assert "loader-spec" in err
+    rows = {r["component"]: r for r in plan["loader_comparison"]}
+    q = rows["model.layers.*.self_attn.q_proj.weight"]
+    assert q["expert"] == [["model"], []] and q["delta_us"] >= 0 and "us" in q["reason"]
+
+
+def test_evaluate_prices_the_loader_spec_alone(run_cli, tmp_path):
+    plan, _ = run(run_cli, tmp_path, SPEC_SCRIPT, "--mesh", "1x4", "--evaluate")
+    assert "shard spec" in plan["strategy"]
+    shardings = {a["name"]: a["sharding"] for a in plan["arguments"]}
+    assert shardings["model.layers.0.self_attn.o_proj.weight"] == [[], ["model"]]
+    assert shardings["model.embed_tokens.weight"] == [[], []]
+    assert plan["baselines"]["loader-spec"]["total_us"] == plan["cost"]["total_us"]
+    # the loader wrote its spec for (1, 8) when asked for 8 devices; priced on the mesh given
+    plan, _ = run(run_cli, tmp_path, SPEC_SCRIPT, "--mesh", "2x4", "--evaluate")
+    assert any("get_mesh_config(8) gives 1x8" in n for n in plan.get("notes", []))
+
+
+def test_a_spec_file_reports_names_that_match_nothing(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"spec": {
+        "model.layers.0.mlp.up_proj.weight": ["model", None],
+        "model.layers.0.mlp.nope.weight": ["model", None],          # no such tensor
+        "model.layers.0.self_attn.q_proj.weight": [None, "data"],   # no such mesh axis
+    }}))
+    plan, _ = run(run_cli, tmp_path, LLAMA, "--mesh", "1x8", "--spec", spec, "--evaluate")
+    base = plan["baselines"]["loader-spec"]
+    assert "model.layers.0.mlp.nope.weight" in base["unmatched"]
+    assert any("axis data is not a mesh axis" in u for u in base["unmatched"])
+    shardings = {a["name"]: a["sharding"] for a in plan["arguments"]}
+    assert shardings["model.layers.0.mlp.up_proj.weight"] == [["model"], []]
+    assert shardings["model.layers.0.self_attn.q_proj.weight"] == [[], []]
+
+
+def test_a_split_that_does_not_divide_is_replicated_and_said(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"fc1.bias": ["model"], "fc1.weight": ["model", None],
+                                "fc2.weight": [None, "model"], "x": ["model", None, None]}))
+    plan, _ = run(run_cli, tmp_path, MLP, "--mesh", "1x8", "--spec", spec, "--evaluate")
+    (bad,) = plan["baselines"]["loader-spec"]["not_dividing"]  # x's 4 sequences on 8 devices
+    assert bad == {"name": "x", "dim": 0, "size": 4, "axes": ["model"]}
+    shardings = {a["name"]: a["sharding"] for a in plan["arguments"]}
+    assert shardings["x"] == [[], [], []] and shardings["fc1.weight"] == [["model"], []]
+
+
+def test_a_python_spec_file_for_a_script_without_one(run_cli, tmp_path):
+    spec = tmp_path / "spec.py"
+    spec.write_text("def load_shard_spec(model):\n"
+                    "    return {layer.mlp.up_proj.weight: ('model', None) for layer in model.model.layers}\n")
+    plan, _ = run(run_cli, tmp_path, LLAMA, "--mesh", "1x2", "--spec", spec)
+    base = plan["baselines"]["loader-spec"]
+    assert base["source"] == "spec file" and base["arguments"] == {"model.layers.*.mlp.up_proj.weight": [["model"], []]}
+
+
+def test_bad_specs_are_one_line_errors(run_cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    code, _, err = run_cli(MLP, "--mesh", "1x8", "--spec", bad, "--evaluate")
+    assert code == 1 and err.count("\n") == 1 and "--spec" in err
+    py = tmp_path / "spec.py"
+    py.write_text("def load_shard_spec(model):\n    return {}\n")
+    code, _, err = run_cli(MLP, "--mesh", "1x8", "--spec", py, "--evaluate")
+    assert code == 1 and "Python spec needs the PyTorch model" in err
