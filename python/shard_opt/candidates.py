@@ -4,12 +4,28 @@ A *group* is a set of arguments that move together: the same role across repeate
 layers (``model.layers.*.mlp.up_proj.weight``), so a 32-layer model has the search
 space of one layer. An *option* is one ``TensorSharding`` for every member.
 
-What may be split follows ``--parallelism`` (DESIGN.md):
-- ``tensor``: parameters (and a KV cache's non-batch dims) on any divisible dim;
-- ``data``: inputs (and a KV cache) on their batch dim (dim 0);
-- ``sequence``: inputs on their token dim (dim 1).
+What may be split follows ``--parallelism`` (DESIGN.md), by what each dim *is*
+(``dim_class``: one rule for arguments and for the intermediate values below):
+
+- a **batch** dim (family ``data``): dim 0 of an input or a KV cache;
+- a **token** dim (family ``sequence``): dim 1 of an input of rank >= 3
+  (``[batch, tokens, hidden]``) or of integer token ids / masks of rank 2
+  (``[batch, tokens]``); dim ``rank - 2`` of a KV cache of rank >= 3
+  (``[batch, heads, tokens, head_dim]``);
+- a **feature** dim (family ``tensor``): every dim of a parameter or buffer; a KV
+  cache's other dims (heads, head_dim); the last dim of an input of rank >= 3 (its
+  hidden features);
+- anything else (the dims between token and features of a rank-4 input, dim 1 of a
+  float rank-2 input) is nothing known, and never split.
+
+An argument may split the dims whose family ``--parallelism`` allows
+(``splittable_dims``), except that ``tensor`` splits weights: an input's feature dim is
+not a candidate of its own (Shardy splits it when a weight's split reaches it).
 Intermediate values get groups too (``site_groups``): a sharding constraint on the
-reshape that splits features into heads, when Shardy needs that hint.
+reshape that splits features into heads, when Shardy needs that hint; a constraint
+may split a dim of the reshape's result only when every argument dim indexing it
+(``dataflow.dim_sources``) is of a family ``--parallelism`` allows, so ``tensor`` alone
+never splits activations along batch or tokens through a constraint.
 One-dimensional parameters (norm scales, biases) are not searched: the evaluator leaves
 them open and Shardy gives them their consumer's split (``evaluate.follows_consumer``).
 Convolution weights split on channels only: spatial dims would need a
@@ -56,26 +72,53 @@ def describe_sharding(s: TensorSharding) -> str:
     return ", ".join(parts)
 
 
+# The parallelism family that splits each class of dim (``dim_class``).
+FAMILY = {"batch": "data", "token": "sequence", "feature": "tensor"}
+
+
+def dim_class(kind: str, shape, dtype: str, dim: int) -> str | None:
+    """``batch``, ``token``, ``feature`` or None: what dim ``dim`` of an argument of this
+    kind, shape and element type is (the rule in the module docstring)."""
+    rank = len(shape)
+    if kind in ("param", "buffer"):
+        return "feature"
+    if kind == "cache":
+        if dim == 0:
+            return "batch"
+        return "token" if rank >= 3 and dim == rank - 2 else "feature"
+    # an input
+    if dim == 0:
+        return "batch"
+    if dim == 1 and (rank >= 3 or (rank == 2 and _is_integer(dtype))):
+        return "token"
+    if rank >= 3 and dim == rank - 1:
+        return "feature"
+    return None
+
+
+def _is_integer(dtype: str) -> bool:
+    """Token ids, positions, masks: ``i64``, ``ui8``, ``i1``."""
+    return dtype.startswith(("i", "ui", "si"))
+
+
 def splittable_dims(arg: Argument, parallelism: set[str], conv_weight: bool = False) -> list[int]:
+    """The dims of ``arg`` the search may split under ``parallelism``: those whose class
+    (``dim_class``) is of an allowed family. One-dimensional parameters are left to
+    follow their consumer, an input's features are not split on their own (``tensor``
+    splits weights) and a conv kernel ``[out, in, *spatial]`` (PyTorch layout) splits on
+    channels only."""
     rank = len(arg.shape)
-    dims: set[int] = set()
-    if arg.kind in ("param", "buffer"):
-        if "tensor" in parallelism and rank >= 2:
-            # A conv kernel [out, in, *spatial] (PyTorch layout) splits on channels only.
-            dims.update(range(2) if conv_weight else range(rank))
-    elif arg.kind == "cache":
-        if "tensor" in parallelism:
-            dims.update(range(1, rank))
-        if "data" in parallelism and rank >= 1:
-            dims.add(0)
-        if "sequence" in parallelism and rank >= 3:
-            dims.add(rank - 2)
-    else:  # input
-        if "data" in parallelism and rank >= 1:
-            dims.add(0)
-        if "sequence" in parallelism and rank >= 2:
-            dims.add(1)
-    return sorted(dims)
+    if arg.kind in ("param", "buffer") and rank < 2:
+        return []
+    dims = []
+    for d in range(rank):
+        c = dim_class(arg.kind, arg.shape, arg.dtype, d)
+        if c is None or FAMILY[c] not in parallelism:
+            continue
+        if (c == "feature" and arg.kind == "input") or (conv_weight and d >= 2):
+            continue
+        dims.append(d)
+    return dims
 
 
 def _divides(size: int, axes: tuple[str, ...], meshes: list[Mesh]) -> bool:
@@ -147,20 +190,125 @@ def make_groups(
     return groups
 
 
-def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str]) -> list[Group]:
+def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str],
+                arguments: list[Argument] | None = None) -> list[Group]:
     """One group per constraint site (``passes/apply_constraints.py``): the reshapes that
     split features into heads. Option 0 is *no constraint* (Shardy decides); the others
-    split one dim of the reshape's result on one mesh axis. Tensor parallelism only."""
-    if "tensor" not in parallelism:
-        return []
+    split one dim of the reshape's result on one mesh axis, for the dims ``parallelism``
+    allows (``site_dims``). ``arguments`` give the module's argument kinds; without them
+    they are read from the module (``shard_opt.kind``, else the argument names, as the
+    ``.mlir`` frontend reads them)."""
     from shard_opt import ir
     from shard_opt.passes.apply_constraints import find_sites
 
+    module = ir.parse(module_text)
+    sites = find_sites(module)
+    if not sites:
+        return []
+    classes = site_dims(module, arguments)
     mesh = meshes[0]
     axes = [a for a in mesh.axes if any(m.axis_size(a) > 1 for m in meshes)]
     groups = []
-    for site, shape in find_sites(ir.parse(module_text)).items():
-        opts = [TensorSharding.replicated(len(shape)), *one_axis_splits(shape, range(len(shape)), axes, meshes)]
+    for site, shape in sites.items():
+        dims = allowed_dims(classes.get(site), parallelism)
+        opts = [TensorSharding.replicated(len(shape)), *one_axis_splits(shape, dims, axes, meshes)]
         if len(opts) > 1:
             groups.append(Group(site, (), tuple(shape), "intermediate", tuple(opts), by="site"))
     return groups
+
+
+def allowed_dims(classes: list[frozenset] | None, parallelism: set[str]) -> list[int]:
+    """The site dims a constraint may split: indexed by at least one argument dim, every
+    one of a known class whose family ``parallelism`` allows."""
+    return [d for d, cs in enumerate(classes or ())
+            if cs and None not in cs and all(FAMILY[c] in parallelism for c in cs)]
+
+
+def site_dims(module, arguments: list[Argument] | None = None) -> dict[str, list[frozenset]]:
+    """Site key -> per result dim, the classes (``dim_class``: ``batch``, ``token``,
+    ``feature``, None for an argument dim of no known class) of the argument dims that
+    index it (``dataflow.dim_sources``), over every reshape of that site. Calls are
+    inlined first (on a copy of ``module``), as the evaluated module is; a site met
+    nowhere in ``@main`` then, or a dim indexed by nothing, has no classes.
+
+    A reshape that splits a dim merged from several argument dims gets them back one per
+    part when they match (``[8, 128, 1024] -> [1024, 1024] -> ... -> [8, 128, 1024]``:
+    batch, token, feature); ``dim_sources`` alone gives the major part all of them."""
+    from shard_opt import ir
+    from shard_opt.dataflow import Graph, dim_sources
+    from shard_opt.passes.apply_constraints import site_key
+    from shard_opt.passes.inline_calls import inline_calls
+
+    module = ir.parse(ir.print_module(module))
+    inline_calls(module)
+    if arguments is None:
+        from shard_opt.frontends.mlir_frontend import arguments_of
+        arguments = arguments_of(module)
+    args = sorted(arguments, key=lambda a: a.index)
+    g = Graph.of(module, [a.kind for a in args])
+    src = dim_sources(g)
+    out: dict[str, list[set]] = {}
+    for node in g.nodes:
+        site = site_key(node.op) if node.name == "stablehlo.reshape" else None
+        if site is None:
+            continue
+        per_dim = out.setdefault(site, [set() for _ in g.values[node.results[0]].shape])
+        for d, sources in enumerate(_split_sources(g, node, src)):
+            per_dim[d].update(dim_class(args[a].kind, args[a].shape, args[a].dtype, ad) for a, ad in sources)
+    return {site: [frozenset(c) for c in per_dim] for site, per_dim in out.items()}
+
+
+def _split_sources(g, node, src) -> list[frozenset]:
+    """``src`` of the reshape ``node``'s result, each merged dim it splits back into the
+    argument dims it was merged from: the argument dims, in order, with the sizes of
+    the split's parts, one argument dim a part (every argument in the merged sources
+    must match, or the split keeps ``dim_sources``' major-part rule)."""
+    o, r = node.operands[0], node.results[0]
+    in_shape, out_shape = g.values[o].shape, g.values[r].shape
+    res = list(src[r])
+    for bi, bj in _reshape_blocks(in_shape, out_shape):
+        big_in = [k for k in bi if in_shape[k] > 1]
+        big_out = [k for k in bj if out_shape[k] > 1]
+        if len(big_in) != 1 or len(big_out) < 2:
+            continue
+        sizes = [out_shape[k] for k in big_out]
+        by_arg: dict[int, list[int]] = {}
+        for a, d in src[o][big_in[0]]:
+            by_arg.setdefault(a, []).append(d)
+        parts = [set() for _ in sizes]
+        for a, dims in by_arg.items():
+            arg_shape = g.values[g.args[a]].shape
+            dims.sort()
+            if [arg_shape[d] for d in dims] != sizes:
+                break
+            for p, d in zip(parts, dims):
+                p.add((a, d))
+        else:
+            if by_arg:
+                for k, p in zip(big_out, parts):
+                    res[k] = frozenset(p)
+    return res
+
+
+def _reshape_blocks(src_shape, dst_shape) -> list[tuple[list[int], list[int]]]:
+    """A reshape's dims in blocks of equal element counts: (source dims, result dims)."""
+    out = []
+    i = j = 0
+    while i < len(src_shape) or j < len(dst_shape):
+        bi, bj = [i] if i < len(src_shape) else [], [j] if j < len(dst_shape) else []
+        pi = src_shape[i] if i < len(src_shape) else 1
+        pj = dst_shape[j] if j < len(dst_shape) else 1
+        i, j = i + (i < len(src_shape)), j + (j < len(dst_shape))
+        while pi != pj:
+            if pi < pj and i < len(src_shape):
+                bi.append(i)
+                pi *= src_shape[i]
+                i += 1
+            elif pj < pi and j < len(dst_shape):
+                bj.append(j)
+                pj *= dst_shape[j]
+                j += 1
+            else:
+                return []
+        out.append((bi, bj))
+    return out
