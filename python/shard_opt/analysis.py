@@ -259,9 +259,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             for tracked in (weight_values, cache_values):  # a gathered / sliced weight is still one
                 if operands[0] in tracked:
                     tracked.update(results)
-            if name == "sdy.reduce_scatter" and _splits_residual_stream(op, weight_values):
-                facts.violations.append("residual-stream")
-            elif name == "sdy.collective_permute":
+            if name == "sdy.collective_permute":
                 facts.violations.append("collective-permute")
             facts.collectives.append(
                 _collective(op, index, local_of, shard, mesh, meshes, origin.get(operands[0], -1))
@@ -306,6 +304,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                                 kind=_kind(op, name), fidelity=fidelity))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
     facts.collectives = [_attributed(c, op, owner_of) for c, op in zip(facts.collectives, collective_ops)]
+    # after the walk: whether the value a scatter reaches is added to a weight (a bias) or
+    # to an activation (the residual stream) is known only once every op is seen
+    if any(op.name == "sdy.reduce_scatter" and _splits_residual_stream(op, weight_values) for op in collective_ops):
+        facts.violations.append("residual-stream")
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
         bytes_out = sum(g.exits.values())
@@ -406,17 +408,23 @@ def _splits_residual_stream(op, weight_values: set) -> bool:
     shape = ir.tensor_type(op.results[0].type)[0]
     if not any(a.strip() and shape[d] in features for d, a in enumerate(axes)):
         return False
-    return _reaches_add(op.results[0])
+    return _reaches_residual_add(op.results[0], weight_values)
 
 
-def _reaches_add(value, depth: int = 0) -> bool:
+def _reaches_residual_add(value, weight_values: set, depth: int = 0) -> bool:
+    """``value`` (through views and resharding) is added to an activation: a residual
+    connection. An add whose other operand is computed from weights alone is a bias add,
+    and a scattered bias add then gathered is the sequence-parallel pattern, not a split
+    residual stream."""
     for use in value.uses:
         owner = use.owner
         name = owner.name
-        if name == "stablehlo.add":
+        if name == "stablehlo.add" and any(o != value and o not in weight_values for o in owner.operands):
             return True
-        if depth < 4 and name in ("stablehlo.reshape", "stablehlo.convert", "sdy.all_gather", "sdy.reshard"):
-            if _reaches_add(owner.results[0], depth + 1):
+        # a bias add passes the value on (the residual add may follow it)
+        if depth < 4 and name in ("stablehlo.add", "stablehlo.reshape", "stablehlo.convert", "sdy.all_gather",
+                                  "sdy.reshard"):
+            if _reaches_residual_add(owner.results[0], weight_values, depth + 1):
                 return True
     return False
 

@@ -30,6 +30,8 @@ One-dimensional parameters (norm scales, biases) are not searched: the evaluator
 them open and Shardy gives them their consumer's split (``evaluate.follows_consumer``).
 Convolution weights split on channels only: spatial dims would need a
 halo exchange tt-mlir does not lower (tt-mlir issue 8216, references section 6).
+The compiler-safety rules that exclude splits (``shard_opt.safety``: a vocabulary-split
+embedding, part of an attention head) drop options here (``make_groups(limit=)``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from shard_opt import safety
 from shard_opt.lowered import Argument
 from shard_opt.sharding import Mesh, TensorSharding
 
@@ -171,12 +174,14 @@ def one_axis_splits(shape, dims, axes, meshes: list[Mesh]) -> list[TensorShardin
 
 def make_groups(
     arguments: list[Argument], meshes: list[Mesh], parallelism: set[str], *, rich: bool = True,
-    conv_weights: set[int] = frozenset(),
+    conv_weights: set[int] = frozenset(), limit: dict | None = None, removed: dict | None = None,
 ) -> list[Group]:
     """Group arguments by role and shape; each group gets its options.
 
-    Groups with a single option (nothing may be split) are dropped from the search:
-    they stay replicated.
+    ``limit`` (``safety.limits``) drops the options a compiler-safety rule excludes (a
+    split of an embedding's vocabulary, of part of an attention head); ``removed``
+    counts them per rule. Groups with a single option (nothing may be split) are
+    dropped from the search: they stay replicated.
     """
     by_key: dict[tuple, list[Argument]] = {}
     for a in arguments:
@@ -185,6 +190,17 @@ def make_groups(
     for (role, shape, kind), members in by_key.items():
         opts = argument_options(members[0], meshes, parallelism, rich=rich,
                                 conv_weight=members[0].index in conv_weights)
+        if limit:
+            kept = []
+            for o in opts:
+                broken = {safety.allowed(o, m, limit, mesh) for m in members for mesh in meshes} - {None}
+                if broken:
+                    for rule in broken:
+                        if removed is not None:
+                            removed[rule] = removed.get(rule, 0) + 1
+                else:
+                    kept.append(o)
+            opts = kept
         if len(opts) > 1:
             groups.append(Group(role, tuple(m.index for m in members), shape, kind, tuple(opts)))
     return groups

@@ -7,13 +7,14 @@ module texts the emitters need.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 
-from shard_opt import analysis, costmodel, ir
+from shard_opt import analysis, costmodel, ir, safety
 from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, make_groups, site_groups
 from shard_opt.errors import UserError
@@ -97,7 +98,9 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     scorer = make_scorer(model, mesh, system, cm, **setting)
     structure = structure_of(model)
     mega = megatron_shardings(model, mesh, structure=structure)
-    groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model))
+    limit, removed = safety.limits(model, structure, opts.allow), {}
+    groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
+                         limit=limit, removed=removed)
     seeds = [assignment_of(groups, mega)]
     baselines = {}
     if opts.baselines:
@@ -112,12 +115,15 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         baselines["loader-spec"] = _loader_baseline(model, scorer, user)
         seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
     t0 = time.monotonic()
-    sites = site_groups(model.text, meshes, set(opts.parallelism))
+    sites = site_groups(model.text, meshes, set(opts.parallelism), model.arguments)
     result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                     scorer=scorer, progress=progress, seeds=seeds, sites=sites)
     seconds = time.monotonic() - t0
 
     groups, assignment, score = result.groups, result.assignment, result.score
+    # candidates priced before the constraint sites joined the search leave every site
+    # unconstrained (option 0): key them at the full length, so every plan is comparable
+    result.scored = {a + (0,) * (len(groups) - len(a)): s for a, s in result.scored.items()}
     fallback = None
     if not score.fits and not any(s.fits for s in result.scored.values()):
         # nothing the speed search tried fits: search for memory (fitting plans first, the
@@ -152,6 +158,10 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
 
     final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
     group_info = _group_info(groups, assignment, result)
+    alternatives = _alternatives(groups, assignment, scorer, assignment_of(groups, mega))
+    for info, alts in zip(group_info, alternatives):
+        if alts:
+            info["alternatives"] = alts
     rejected = [
         {"label": label, **score_dict(s), "arguments_changed": changed}
         for label, s, changed in sorted(result.neighbours, key=lambda n: n[1].key())
@@ -172,6 +182,13 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
         plan["cost"]["ccl_per_layer"], plan["layer_collectives"] = per_layer, layer
     if user is not None:
         plan["loader_comparison"] = _loader_comparison(groups, assignment, scorer, user)
+    inf: dict[str, int] = {}
+    for s in result.scored.values():
+        for rule in s.unsafe:
+            inf[rule] = inf.get(rule, 0) + 1
+    plan["safety"] = safety.report(removed, opts.allow, inf, safety.broken_by(
+        model, final.shardings, limit, meshes, final.facts.violations))
+    plan["robustness"] = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
     constraints = constraints_for(groups, assignment)
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
@@ -276,6 +293,161 @@ def _group_info(groups, assignment, result) -> list[dict]:
                      "sharding": None if g.by == "site" and choice == 0 else g.options[choice].axis_names(),
                      "why": why})
     return info
+
+
+def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list[list[dict]]:
+    """Per group, the options a reader weighs, each priced on the whole model with every
+    other group at the plan's choice: replicated, the group's Megatron role, and the best
+    other option, with the difference in time and collectives and the reason in words."""
+    base = scorer.score(groups, assignment)
+    cands = [assignment[:gi] + (o,) + assignment[gi + 1:] for gi, g in enumerate(groups)
+             for o in range(len(g.options)) if o != assignment[gi]]
+    scorer.score_many(groups, cands)  # memoized: most were priced by the search
+    base_bill = _bill(scorer, groups, assignment)
+    out = []
+    for gi, g in enumerate(groups):
+        mine = assignment[gi]
+        picks = []
+        if mine != 0:
+            picks.append((0, "unconstrained" if g.by == "site" else "replicated"))
+        mega = megatron[gi] if gi < len(megatron) else 0
+        if g.by != "site" and mega not in (0, mine):
+            picks.append((mega, "megatron " + _role_word(g, mega)))
+        rest = [o for o in range(len(g.options)) if o != mine and o not in {p for p, _ in picks}]
+        if rest:
+            best = min(rest, key=lambda o: (scorer.score(groups, assignment[:gi] + (o,) + assignment[gi + 1:]).key(), o))
+            picks.append((best, "best other"))
+        entries = []
+        for o, label in picks:
+            alt = assignment[:gi] + (o,) + assignment[gi + 1:]
+            s = scorer.score(groups, alt)
+            delta = _delta(s, base)
+            moved = _bill_delta(_bill(scorer, groups, alt), base_bill)
+            words = _bill_words(moved, per_layer=isinstance(scorer, LayeredEvaluator))
+            if s.unsafe:
+                words.insert(0, "breaks " + ", ".join(s.unsafe))
+            if s.compute_us != base.compute_us:
+                words.append(f"compute {s.compute_us - base.compute_us:+.1f} us")
+            if s.fits != base.fits:
+                words.append("fits in DRAM" if s.fits else "does not fit in DRAM")
+            entries.append({"option": label if label != "best other" else g.describe(o), "kind": label,
+                            "sharding": None if g.by == "site" and o == 0 else g.options[o].axis_names(),
+                            **delta, "ccl_bytes": s.ccl_bytes, "collectives_delta": moved,
+                            "reason": ", ".join(words) or "the same collectives and compute"})
+        out.append(entries)
+    return out
+
+
+def _role_word(g, option: int) -> str:
+    """``column`` / ``row`` for a 2-D weight split on its output / input features."""
+    dims = [d for d, axes in enumerate(g.options[option].dims) if axes]
+    if len(g.shape) == 2 and dims == [0]:
+        return "column"
+    if len(g.shape) == 2 and dims == [1]:
+        return "row"
+    return g.describe(option)
+
+
+def _bill(scorer, groups, assignment) -> list[tuple]:
+    """The collectives to compare plans by: one repeated layer's when the scorer is
+    layered, else the whole module's, as (kind, axes, bytes per device) signatures."""
+    if isinstance(scorer, LayeredEvaluator):
+        _, layer = layer_bill(scorer, groups=groups, assignment=assignment)
+        return [(c["kind"], tuple(c["axes"]), c["bytes_per_device"]) for c in layer]
+    return [(c.kind, c.axes, c.bytes_per_device) for c in scorer.facts(groups, assignment).collectives]
+
+
+def _bill_delta(alt: list[tuple], base: list[tuple]) -> list[dict]:
+    """Signed counts of each collective ``alt`` has more (or fewer) than ``base``."""
+    counts: dict[tuple, int] = {}
+    for sig in alt:
+        counts[sig] = counts.get(sig, 0) + 1
+    for sig in base:
+        counts[sig] = counts.get(sig, 0) - 1
+    return [{"kind": k, "axes": list(a), "bytes_per_device": b, "count": n}
+            for (k, a, b), n in sorted(counts.items()) if n]
+
+
+def _bill_words(moved: list[dict], *, per_layer: bool) -> list[str]:
+    """The bill's change in words, per collective kind: ``+4 all_slice (1.0 MiB)``, the
+    added and the removed apart (a size when all of a kind's are one size)."""
+    where = " per layer" if per_layer else ""
+    by: dict[tuple[str, int], list[dict]] = {}
+    for m in moved:
+        by.setdefault((m["kind"], 1 if m["count"] > 0 else -1), []).append(m)
+    words = []
+    for (kind, sign), ms in sorted(by.items(), key=lambda x: (-x[0][1], x[0][0])):
+        n = sum(m["count"] for m in ms)
+        sizes = {m["bytes_per_device"] for m in ms}
+        size = (f" of {_size(next(iter(sizes)))}" if len(sizes) == 1 else
+                f" ({_size(sum(abs(m['count']) * m['bytes_per_device'] for m in ms))} in all)")
+        words.append(f"{n:+d} {kind}{size}{where}")
+    return words
+
+
+def _size(n: float) -> str:
+    for unit, div in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _robustness(scored: dict, assignment, groups, scorer, cm, megatron) -> dict:
+    """Does the recommendation still win when the model is wrong? Every evaluated candidate
+    re-ranked with collective time x0.5 and x2, compute x0.5 and x2, and under the other
+    collective profile; per check the winner and its lead over the runner-up (a share of
+    the runner-up's step)."""
+    plan = scored.get(assignment) or scorer.score(groups, assignment)
+    pool = {a: s for a, s in scored.items() if math.isfinite(s.score) and (s.fits or not plan.fits)}
+    # candidates with the plan's compute and collective times are the same plan to the
+    # cost model (a replicated weight sliced locally, a bias that follows its consumer):
+    # every perturbation moves them together, so they are not runners-up
+    same = {a for a, s in pool.items() if _cost_pair(s) == _cost_pair(plan)}
+    pool = {a: s for a, s in pool.items() if a not in same}
+    pool[assignment] = plan
+    checks = []
+
+    def check(label: str, times: dict) -> None:
+        ranked = sorted(times, key=lambda a: (round(times[a], 6), a != assignment, a))
+        winner = ranked[0]
+        runner = ranked[1] if len(ranked) > 1 else winner
+        margin = (times[runner] - times[winner]) / times[runner] if times[runner] else 0.0
+        entry = {"perturbation": label, "winner": "plan" if winner == assignment else _label(groups, winner,
+                                                                                             assignment, megatron),
+                 "margin": round(margin, 4), "margin_us": round(times[runner] - times[winner], 3),
+                 "runner_up": _label(groups, runner, assignment, megatron) if runner != assignment else "plan"}
+        if winner != assignment:
+            entry["plan_behind"] = round((times[assignment] - times[winner]) / times[winner], 4)
+        checks.append(entry)
+
+    for label, fc, fk in (("ccl x0.5", 0.5, 1), ("ccl x2", 2, 1), ("compute x0.5", 1, 0.5), ("compute x2", 1, 2)):
+        check(label, {a: fk * s.compute_us + fc * s.ccl_us for a, s in pool.items()})
+    other = _other_profile(cm)
+    if other is not None:
+        view = scorer.with_cost_model(other)
+        check(f"ccl profile {other.ccl_profile}", {a: view.score(groups, a).total_us for a in pool})
+    return {"holds": all(c["winner"] == "plan" for c in checks), "candidates": len(pool),
+            "equivalent": len(same - {assignment}), "checks": checks}
+
+
+def _cost_pair(s) -> tuple[float, float]:
+    return round(s.compute_us, 3), round(s.ccl_us, 3)
+
+
+def _other_profile(cm):
+    """The cost model with the other collective profile (None for models without one)."""
+    profile = getattr(cm, "ccl_profile", None)
+    if profile is None:
+        return None
+    return dataclasses.replace(cm, ccl_profile="tuned" if profile == "generic" else "generic")
+
+
+def _label(groups, a, plan, megatron) -> str:
+    """A plan in words: the baseline it is, or how it differs from the recommendation."""
+    if a == tuple(megatron) + a[len(megatron):]:
+        return "megatron"
+    diff = [f"{g.role}: {g.describe(o)}" for g, o, p in zip(groups, a, plan) if o != p]
+    return "; ".join(diff[:3]) + (f"; +{len(diff) - 3} more" if len(diff) > 3 else "")
 
 
 def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec) -> dict:
@@ -407,6 +579,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan["propagation"] = opts.propagation
     _note_weights(plan, opts.weights, model)
+    limit = safety.limits(model, structure_of(model), opts.allow)
+    broken = safety.broken_by(model, shardings, limit, [mesh], final.facts.violations)
+    plan["safety"] = safety.report({}, opts.allow, {}, broken)
+    for rule in sorted(broken - set(opts.allow)):
+        plan.setdefault("notes", []).append(
+            f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
     if user is not None:
         plan["strategy"] = f"the {user.source}'s shard spec ({user.where})"
         plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,

@@ -116,8 +116,24 @@ def gather_indexed_dims(model) -> set[tuple[int, int]]:
     return out
 
 
-def report(removed: dict[str, int], allow: frozenset[str], priced_inf: dict[str, int]) -> list[dict]:
-    """The plan JSON's ``safety``: every rule, what it removed, whether the user allowed it."""
+def broken_by(model, shardings: dict, limit: dict, meshes, violations=()) -> set[str]:
+    """The rules a plan breaks: an ``exclude`` rule by an argument's split (a user's spec
+    is priced as written), an ``inf`` rule by what its propagated module does."""
+    out = set(violations)
+    for i, sh in shardings.items():
+        for mesh in meshes:
+            rule = allowed(sh, model.arguments[i], limit, mesh)
+            if rule:
+                out.add(rule)
+    return out
+
+
+def report(removed: dict[str, int], allow: frozenset[str], priced_inf: dict[str, int],
+           broken: set[str] = frozenset()) -> list[dict]:
+    """The plan JSON's ``safety``: every rule, how many options it removed from the search
+    (``exclude``) or candidates it priced infinite (``inf``), whether the user allowed it
+    and whether the plan breaks it."""
     return [{"rule": r.id, "title": r.title, "citation": r.citation, "action": r.action, "detail": r.detail,
-             "removed": removed.get(r.id, 0) + priced_inf.get(r.id, 0), "allowed": r.id in allow}
+             "removed": removed.get(r.id, 0), "priced_infinite": priced_inf.get(r.id, 0),
+             "allowed": r.id in allow, "plan_breaks": r.id in broken}
             for r in RULES]

@@ -273,7 +273,7 @@ def assignment_of(groups: list[Group], shardings: dict[int, TensorSharding]) -> 
     """The assignment closest to per-argument ``shardings`` (first member decides)."""
     out = []
     for g in groups:
-        want = shardings.get(g.members[0])
+        want = shardings.get(g.members[0]) if g.members else None  # a constraint site: unconstrained
         choice = 0
         if want is not None:
             for i, o in enumerate(g.options):

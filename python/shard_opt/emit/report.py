@@ -917,9 +917,13 @@ def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
                 return f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
             return f" (source `{_md(key)}` is not in shard-opt's citations table)" if key else ""
 
-        removed = int(r.get("removed") or 0)
+        removed = int(r.get("removed") or 0) + int(r.get("priced_infinite") or 0)
         detail = f" Why: {_md(r['detail']).rstrip('.')}." if r.get("detail") else ""
-        if r.get("allowed"):
+        if r.get("plan_breaks") and not r.get("allowed"):
+            about = f"**⚠ THIS PLAN BREAKS: {title}**"
+            out.append(f"- {about}{src(about)}: the sharding evaluated does what this rule forbids; it may not "
+                       f"compile, or may compute the wrong result.{detail}")
+        elif r.get("allowed"):
             about = f"**⚠ TURNED OFF BY THE USER: {title}**"
             would = (f" ({removed} candidate{'s' if removed != 1 else ''} would otherwise have been "
                      f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))})" if removed else "")

@@ -1,0 +1,64 @@
+"""What the plan weighed: per group the options a reader asks about (replicated, the
+Megatron role, the best other) priced on the whole model; and whether the winner still
+wins when the cost model is wrong by 2x either way (driver._alternatives, _robustness)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shard_opt import frontends
+from shard_opt.driver import Options, optimize
+from shard_opt.sharding import Mesh
+
+from conftest import EXAMPLES
+
+
+def _plan(mesh: str):
+    model = frontends.load(os.path.join(EXAMPLES, "mlp.mlir"))
+    return optimize(model, Options(meshes=[Mesh.parse(mesh)], parallelism=("tensor",), progress=False)).plan
+
+
+@pytest.fixture(scope="module")
+def line():
+    return _plan("1x8")
+
+
+def test_every_alternative_is_priced_against_the_plan(line):
+    total = line["cost"]["total_us"]
+    for g in line["groups"]:
+        for alt in g["alternatives"]:
+            assert alt["delta_us"] == pytest.approx(alt["total_us"] - total, abs=2e-3)  # each rounded to 3 places
+            assert alt["sharding"] != g["sharding"]
+            assert alt["reason"]
+            # the bill moves as the collective count does
+            assert sum(m["count"] for m in alt["collectives_delta"]) == alt["delta_ccls"]
+
+
+def test_replicating_the_row_parallel_weight_costs_time_and_says_why(line):
+    fc2 = next(g for g in line["groups"] if g["role"] == "fc2.weight")
+    assert fc2["sharding"] == [[], ["model"]]
+    rep = next(a for a in fc2["alternatives"] if a["kind"] == "replicated")
+    assert rep["delta_us"] > 0
+    assert "reduce_scatter" in rep["reason"] and "-1 reduce_scatter" in rep["reason"]
+
+
+def test_the_line_plan_holds_under_every_perturbation(line):
+    rob = line["robustness"]
+    labels = [c["perturbation"] for c in rob["checks"]]
+    assert labels[:4] == ["ccl x0.5", "ccl x2", "compute x0.5", "compute x2"]
+    assert any(lbl.startswith("ccl profile") for lbl in labels)
+    assert rob["holds"] and all(c["winner"] == "plan" for c in rob["checks"])
+    # a real lead over a different plan, not a tie with a copy of itself
+    assert all(c["margin"] > 0 and c["runner_up"] != "plan" for c in rob["checks"])
+
+
+def test_a_check_the_plan_loses_says_by_how_much():
+    rob = _plan("2x4")["robustness"]
+    assert rob["holds"] == all(c["winner"] == "plan" for c in rob["checks"])
+    for c in rob["checks"]:
+        if c["winner"] != "plan":
+            assert c["plan_behind"] > 0 and c["winner"]
+        else:
+            assert "plan_behind" not in c

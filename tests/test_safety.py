@@ -1,0 +1,124 @@
+"""Compiler-safety rules (shard_opt.safety): found in the propagated module and priced
+infinite, or excluded from the search; listed in the plan; --allow turns each off."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+
+from shard_opt import costmodel, frontends, safety
+from shard_opt.candidates import PARALLELISM, make_groups
+from shard_opt.evaluate import Evaluator
+from shard_opt.passes.apply_constraints import find_sites
+from shard_opt import ir
+from shard_opt.sharding import Mesh, TensorSharding
+from shard_opt.structure import structure_of
+
+from conftest import EXAMPLES
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "scripts")
+RESIDUAL = os.path.join(FIXTURES, "residual_mlp.py")
+GQA = os.path.join(FIXTURES, "gqa_llama.py")
+MESH = Mesh.parse("1x8")
+
+
+def _evaluator(model, allow=frozenset()):
+    system = costmodel.get_system(costmodel.default_system_for_mesh(MESH.shape))
+    return Evaluator(model, MESH, system, costmodel.get_cost_model("tenstorrent"), allow=allow)
+
+
+def _megatron_with_output_constraint(model):
+    """Every fc column-parallel, every out row-parallel, and the reshape after each out
+    split on its features: out's partial sums are reduce-scattered onto the features."""
+    col, row = TensorSharding.of([["model"], []]), TensorSharding.of([[], ["model"]])
+    shardings = {a.index: col if a.name.endswith("fc.weight") else row
+                 for a in model.arguments if a.name.endswith(("fc.weight", "out.weight"))}
+    sites = find_sites(ir.parse(model.text))
+    (site,) = [k for k, shape in sites.items() if shape[-1] == 256]
+    return shardings, {site: TensorSharding.of([[], [], ["model"]])}
+
+
+@pytest.fixture(scope="module")
+def residual():
+    return frontends.load(RESIDUAL, dtype="f32")
+
+
+def test_scattering_into_the_residual_stream_is_priced_infinite(residual):
+    shardings, constraints = _megatron_with_output_constraint(residual)
+    facts = _evaluator(residual).facts_of(shardings, constraints)
+    assert any(c.kind == "reduce_scatter" for c in facts.collectives)
+    assert "residual-stream" in facts.violations
+    s = _evaluator(residual).score_of(shardings, constraints)
+    assert s.unsafe == ("residual-stream",) and math.isinf(s.score)
+    assert math.isfinite(s.total_us)  # the time stays, for the report
+
+
+def test_allowing_the_rule_prices_the_same_plan_finite(residual):
+    shardings, constraints = _megatron_with_output_constraint(residual)
+    s = _evaluator(residual, allow=frozenset({"residual-stream"})).score_of(shardings, constraints)
+    assert s.unsafe == () and s.score == s.total_us
+
+
+def test_scattering_into_a_bias_add_is_not_the_residual_stream():
+    # examples/mlp.mlir: fc2's partial sums reduce-scattered, the bias added on 1/8 of
+    # the features, one all_gather: sequence parallelism's identity, no residual add
+    model = frontends.load(os.path.join(EXAMPLES, "mlp.mlir"))
+    shardings = {0: TensorSharding.of([["model"], []]), 2: TensorSharding.of([[], ["model"]])}
+    constraints = {"128x1024xf32->4x32x1024xf32": TensorSharding.of([[], [], ["model"]])}
+    facts = _evaluator(model).facts_of(shardings, constraints)
+    assert [c.kind for c in facts.collectives].count("reduce_scatter") == 1
+    assert facts.violations == []
+
+
+def test_exclude_rules_drop_options_from_the_search():
+    model = frontends.load(GQA, layers=2, dtype="f32")
+    meshes = [Mesh.parse("8x4")]
+    limit, removed = safety.limits(model, structure_of(model)), {}
+    groups = make_groups(model.arguments, meshes, set(PARALLELISM), limit=limit, removed=removed)
+    by_role = {g.role: g for g in groups}
+    emb = by_role["model.embed_tokens.weight"]
+    assert all(not o.dims[0] for o in emb.options)  # the vocabulary is never split
+    k = next(g for r, g in by_role.items() if r.endswith("k_proj.weight"))
+    # 8 KV heads: 2, 4 and 8-way splits of the heads dim, never 32 (part of a head)
+    assert {o.split_factor(0, meshes[0]) for o in k.options} <= {1, 2, 4, 8}
+    assert removed["vocab-gather"] > 0 and removed["heads"] > 0
+    # allowed, the options come back
+    free = make_groups(model.arguments, meshes, set(PARALLELISM),
+                       limit=safety.limits(model, structure_of(model), frozenset({"heads", "vocab-gather"})))
+    k_free = next(g for g in free if g.role == k.role)
+    assert 32 in {o.split_factor(0, meshes[0]) for o in k_free.options}
+    assert any(o.dims[0] for o in next(g for g in free if g.role == emb.role).options)
+
+
+def test_plan_lists_every_rule(run_cli, tmp_path):
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--plan-json", plan_path,
+                           "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    rows = {r["rule"]: r for r in json.loads(plan_path.read_text())["safety"]}
+    assert set(rows) == set(safety.BY_ID)
+    assert rows["vocab-gather"]["removed"] > 0 and rows["heads"]["removed"] > 0
+    assert not any(r["plan_breaks"] or r["allowed"] for r in rows.values())
+
+
+def test_an_evaluated_spec_that_splits_the_vocabulary_is_flagged(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None]}))
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
+                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["vocab-gather"]
+    assert any("vocab-gather" in n for n in plan["notes"])
+
+
+def test_an_unknown_rule_is_one_line(run_cli, tmp_path):
+    code, _, err = run_cli(os.path.join(EXAMPLES, "mlp.mlir"), "--mesh", "1x8", "--allow", "residual,heads",
+                           "-o", tmp_path / "out.mlir")
+    assert code != 0
+    assert err.strip().count("\n") == 0 and "residual" in err and "residual-stream" in err
+    assert not (tmp_path / "out.mlir").exists()
