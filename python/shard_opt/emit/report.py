@@ -544,18 +544,33 @@ def section_robustness(plan: dict, cite: Citer) -> list[str]:
     if rob.get("holds") and not lost:
         out.append(f"The recommendation still wins under all {len(checks)} perturbations of the cost model checked.")
     else:
-        worst = max(lost, key=lambda c: c.get("margin") or 0) if lost else None
+        worst = max(lost, key=lambda c: c.get("plan_behind") or 0) if lost else None
         out.append(f"**⚠ The recommendation is not robust:** it loses under {len(lost)} of {len(checks)} perturbations"
-                   + (f"; under `{worst['perturbation']}` the `{worst['winner']}` plan wins by "
-                      f"{_margin(worst.get('margin'))}." if worst else "."))
-    out += ["", "| Perturbation | Winner | Margin |", "|---|---|---|"]
+                   + (f"; under `{worst['perturbation']}` {_md(_differs(worst['winner']))} "
+                      f"wins, and the recommendation is {_margin(worst.get('plan_behind'))} slower than it."
+                      if worst else "."))
+    n, same = rob.get("candidates"), rob.get("equivalent")
+    if n:
+        out += ["", f"Re-ranked: the {n} distinct plans the search priced"
+                + (f" ({same} more cost the same as the recommendation under every perturbation, and are left out)"
+                   if same else "") + ". Lead: the winner's margin over the next plan, as a share of that plan's step."]
+    out += ["", "| Perturbation | Winner | Lead | Recommendation behind by | Next plan |", "|---|---|---|---|---|"]
     for c in checks:
         what = PERTURBATIONS.get(c.get("perturbation"), "")
-        winner = "recommended plan" if c.get("winner") == "plan" else f"**{_md(c.get('winner'))}**"
+        winner = "recommended plan" if c.get("winner") == "plan" else f"**{_md(_differs(c.get('winner')))}**"
+        runner = c.get("runner_up")
+        runner = "recommended plan" if runner == "plan" else (_md(_differs(runner)) if runner else "")
+        behind = _margin(c.get("plan_behind")) if c.get("winner") != "plan" else "—"
         out.append(f"| `{_md(c.get('perturbation'))}`{' (' + what + ')' if what else ''} | {winner} | "
-                   f"{_margin(c.get('margin'))} |")
+                   f"{_margin(c.get('margin'))} | {behind} | {runner} |")
     out.append("")
     return out
+
+
+def _differs(label) -> str:
+    """A robustness label (how a plan differs from the recommendation) in report words."""
+    label = str(label or "?")
+    return label if label == "megatron" else f"the recommendation with {label}"
 
 
 def _margin(m) -> str:
