@@ -122,3 +122,29 @@ def test_an_unknown_rule_is_one_line(run_cli, tmp_path):
     assert code != 0
     assert err.strip().count("\n") == 0 and "residual" in err and "residual-stream" in err
     assert not (tmp_path / "out.mlir").exists()
+
+
+def test_a_hidden_split_embedding_shards_the_residual_stream(run_cli, tmp_path):
+    # the expert's failure mode: the embedding split on hidden and nothing keeping the
+    # residual stream whole; Shardy slices q/k/v/o to match instead of all-reducing, the
+    # residual adds run on 1/8 of the features: flagged (this is what tt-mlir miscompiles)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "model.embed_tokens.weight": [None, "model"],
+        "model.layers.*.self_attn.q_proj.weight": ["model", None],
+        "model.layers.*.self_attn.o_proj.weight": [None, "model"],
+        "model.layers.*.mlp.gate_proj.weight": ["model", None],
+        "model.layers.*.mlp.up_proj.weight": ["model", None],
+        "model.layers.*.mlp.down_proj.weight": [None, "model"]}))
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
+                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["residual-stream"]
+    # the same projections with the embedding replicated keep the stream whole
+    spec.write_text(json.dumps({k: v for k, v in json.loads(spec.read_text()).items() if "embed" not in k}))
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
+                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    assert not {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}["residual-stream"]

@@ -219,6 +219,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     group_of: dict = {}  # Value -> the group that computed it
     owner_of: dict = {}  # Operation -> (its fused group, or the parameter it reads): whom it belongs to
     collective_ops = []
+    adds = []  # stablehlo.add ops: the residual connections are among them
 
     def reads_group_value(operand, reader_group) -> None:
         """A value computed inside a group and read outside it leaves the group (DRAM)."""
@@ -233,6 +234,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
+        if name == "stablehlo.add":
+            adds.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
@@ -304,9 +307,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                                 kind=_kind(op, name), fidelity=fidelity))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
     facts.collectives = [_attributed(c, op, owner_of) for c, op in zip(facts.collectives, collective_ops)]
-    # after the walk: whether the value a scatter reaches is added to a weight (a bias) or
-    # to an activation (the residual stream) is known only once every op is seen
-    if any(op.name == "sdy.reduce_scatter" and _splits_residual_stream(op, weight_values) for op in collective_ops):
+    # after the walk, when every value's sharding and weight-ness is known
+    if any(_splits_residual_stream(op, weight_values, shard) for op in adds):
         facts.violations.append("residual-stream")
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
@@ -378,55 +380,56 @@ def _attributed(c: Collective, op, owner_of: dict) -> Collective:
     return c
 
 
-def _splits_residual_stream(op, weight_values: set) -> bool:
-    """A row-parallel matmul's partial sums reduce-scattered onto its output features and
-    added into another value: the residual stream left split on the axis the matmul
-    reduced over (safety rule ``residual-stream``). A scatter onto tokens (sequence
-    parallelism) is not: only a scattered dim as long as one of the weight's output
-    features counts."""
-    producer = op.operands[0].owner
-    for _ in range(4):  # through reshapes / converts between the matmul and its reduction
-        name = getattr(producer, "name", "")
-        if name in ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose"):
-            producer = producer.operands[0].owner
-            continue
-        break
-    if getattr(producer, "name", "") != "stablehlo.dot_general":
+def _splits_residual_stream(add, weight_values: set, shard: dict) -> bool:
+    """A residual connection (``x + proj(...)``: an add of two activations, one of them a
+    weight projection's output) whose result is split on the projection's output
+    features: the residual stream sharded on the hidden dim (safety rule
+    ``residual-stream``), however Shardy realised it (a reduce_scatter of row-parallel
+    partial sums, or weights sliced to match an embedding split on hidden). A bias add
+    (one operand computed from weights alone) is not a residual connection; a split of
+    the tokens (sequence parallelism) is not a feature split."""
+    operands = list(add.operands)
+    if any(o in weight_values for o in operands):
         return False
-    text = str(producer.attributes["dot_dimension_numbers"])
+    s = shard.get(add.results[0])
+    if s is None:
+        return False
     features = set()
-    for i, key in ((0, "lhs"), (1, "rhs")):
-        operand = producer.operands[i]
-        if operand not in weight_values:
-            continue
-        shape = ir.tensor_type(operand.type)[0]
-        used = set(_dims(text, f"{key}_contracting_dimensions")) | set(_dims(text, f"{key}_batching_dimensions"))
-        features |= {shape[d] for d in range(len(shape)) if d not in used}
+    for o in operands:
+        features |= _projection_features(o, weight_values)
     if not features:
         return False
-    axes = re.findall(r"\{([^}]*)\}", str(op.attributes["reduce_scatter_axes"]))
-    shape = ir.tensor_type(op.results[0].type)[0]
-    if not any(a.strip() and shape[d] in features for d, a in enumerate(axes)):
-        return False
-    return _reaches_residual_add(op.results[0], weight_values)
+    shape = ir.tensor_type(add.results[0].type)[0]
+    return any(axes and shape[d] in features for d, axes in enumerate(s.dims))
 
 
-def _reaches_residual_add(value, weight_values: set, depth: int = 0) -> bool:
-    """``value`` (through views and resharding) is added to an activation: a residual
-    connection. An add whose other operand is computed from weights alone is a bias add,
-    and a scattered bias add then gathered is the sequence-parallel pattern, not a split
-    residual stream."""
-    for use in value.uses:
-        owner = use.owner
-        name = owner.name
-        if name == "stablehlo.add" and any(o != value and o not in weight_values for o in owner.operands):
-            return True
-        # a bias add passes the value on (the residual add may follow it)
-        if depth < 4 and name in ("stablehlo.add", "stablehlo.reshape", "stablehlo.convert", "sdy.all_gather",
-                                  "sdy.reshard"):
-            if _reaches_residual_add(owner.results[0], weight_values, depth + 1):
-                return True
-    return False
+_PASS_THROUGH = ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose", "sdy.all_reduce",
+                 "sdy.reduce_scatter", "sdy.all_gather", "sdy.all_slice", "sdy.reshard", "stablehlo.add")
+
+
+def _projection_features(value, weight_values: set, depth: int = 0) -> set[int]:
+    """The output-feature sizes of the weight projection ``value`` is (through views,
+    collectives and bias adds), or an empty set."""
+    producer = value.owner
+    name = getattr(producer, "name", "")
+    if name == "stablehlo.dot_general":
+        text = str(producer.attributes["dot_dimension_numbers"])
+        out = set()
+        for i, key in ((0, "lhs"), (1, "rhs")):
+            operand = producer.operands[i]
+            if operand in weight_values:
+                shape = ir.tensor_type(operand.type)[0]
+                used = set(_dims(text, f"{key}_contracting_dimensions")) | set(_dims(text, f"{key}_batching_dimensions"))
+                out |= {shape[d] for d in range(len(shape)) if d not in used}
+        return out
+    if depth >= 6 or name not in _PASS_THROUGH:
+        return set()
+    if name == "stablehlo.add":  # through a bias add only
+        rest = [o for o in producer.operands if o not in weight_values]
+        if len(rest) != 1:
+            return set()
+        return _projection_features(rest[0], weight_values, depth + 1)
+    return _projection_features(producer.operands[0], weight_values, depth + 1)
 
 
 def _nbytes(shape, dtype: str) -> int:

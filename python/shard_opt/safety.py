@@ -34,9 +34,10 @@ class Rule:
 RULES = (
     Rule("residual-stream", "the residual stream stays whole on the axis row-parallel matmuls reduce over",
          "expert_residual_stream", "inf",
-         "a row-parallel matmul's partial sums reduce-scattered onto the features of the value they are added "
-         "into (the residual stream) let tt-mlir drop the all-reduces after row-parallel layers, silently "
-         "corrupting the result (PCC ~0.37)"),
+         "a residual stream split on its hidden features (found in the propagated module: a residual add whose "
+         "result is split on a projection's output features, whether a reduce_scatter or weights sliced to match "
+         "a hidden-split embedding made it so) lets tt-mlir drop the all-reduces after row-parallel layers, "
+         "silently corrupting the result (PCC ~0.37); the experts keep it replicated"),
     Rule("vocab-gather", "an embedding table is not split on the dim its lookup indexes", "tt_mlir_3370", "exclude",
          "a vocab-split gather needs a collective_permute that tt-mlir cannot lower"),
     Rule("heads", "attention heads are split whole", "expert_kv_heads", "exclude",
