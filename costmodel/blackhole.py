@@ -76,12 +76,15 @@ PEAK_TFLOPS = {"LoFi": 110 * 5.4, "HiFi2": 110 * 2.7, "HiFi4": 110 * 1.35}
 # 626.46 TFLOPS, against 110 cores here: the shares are capped at 0.95) and the p150
 # DRAM microbenchmark, 500.5 GB/s of 512 (tech_reports/Saturating_DRAM_bandwidth/
 # Saturating_DRAM_bandwidth_Blackhole.md). Kernel floor and dispatch: Wormhole's (unconfirmed).
+# Prefetched matmuls: no Blackhole prefetcher layout is published (Prefetcher.md: "For
+# other device architectures we can have one prefetch serving more or less Matmul cores"),
+# so they keep the full grid (prefetch_compute_share 1.0), not Wormhole's 24 of 64.
 GENERIC_COMPUTE = dataclasses.replace(
-    wormhole.GENERIC_COMPUTE, dram_efficiency=500.5 / 512 * 190 / 267,
+    wormhole.GENERIC_COMPUTE, dram_efficiency=500.5 / 512 * 190 / 267, prefetch_compute_share=1.0,
     sources=("tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth_Blackhole.md",),
 )
 TUNED_COMPUTE = dataclasses.replace(
-    wormhole.TUNED_COMPUTE,
+    wormhole.TUNED_COMPUTE, prefetch_compute_share=1.0,
     matmul_efficiency={"LoFi": min(0.95, 626.46 / 594), "HiFi2": min(0.95, 322.00 / 297),
                        "HiFi4": min(0.95, 168.24 / 148.5)},
     dram_efficiency=500.5 / 512,

@@ -43,6 +43,9 @@ class Compute:
       kernel_floor_us: the shortest kernel: a device op takes at least this long.
       dispatch_us: the op-to-op gap every device op pays, ``traced`` and ``untraced``.
       sources: where the figures come from.
+      prefetch_compute_share: with prefetched weights (the ``prefetch_weights`` option:
+        tt-metal's DRAM prefetcher), the share of the compute grid a matmul runs on -- the
+        prefetcher's receiver cores; 1.0 where no layout is published (the full grid).
     """
 
     name: str
@@ -54,6 +57,7 @@ class Compute:
     kernel_floor_us: float
     dispatch_us: dict[str, float] = field(hash=False, compare=False)
     sources: tuple[str, ...] = ()
+    prefetch_compute_share: float = 1.0
 
     def fidelity_of(self, weight_format: str | None) -> str:
         if self.fidelity == "hifi4":

@@ -29,7 +29,8 @@ is weight-read bound: a replicated weight makes every chip read all of it, a wei
 N ways is read N times faster. With ``prefetch_weights`` (tt-metal's Galaxy Llama demo:
 a DRAM prefetcher streams matmul weights on dedicated cores while the rest of the layer
 runs, tt-metal ``tech_reports/Prefetcher/Prefetcher.md``), a step takes the longer of
-streaming every matmul weight once and everything else.
+streaming every matmul weight once and everything else; a matmul then reads its weight
+from L1 and runs on the cores the prefetcher feeds (``Compute.prefetch_compute_share``).
 """
 
 from __future__ import annotations
@@ -88,12 +89,24 @@ class TenstorrentModel(CostModel):
         return t + self._gap(system) if t > 0 else t
 
     def op_us(self, op: OpWork, system: System) -> float:
-        return self._kernel_us(op, system, op.bytes_in + op.bytes_out) + self._gap(system)
+        return self.kernel_us(op, system) + self._gap(system)
+
+    def kernel_us(self, op: OpWork, system: System, *, prefetched: bool = False) -> float:
+        """One op's kernel time, without the op-to-op gap. ``prefetched``: a matmul's weight
+        comes from the prefetcher, as ``price`` charges it under ``prefetch_weights`` (the
+        weight's stream is priced against the whole step, not here)."""
+        if prefetched and op.kind in MATMUL_KINDS and op.weight_bytes:
+            c = system.compute_profile(self.compute_profile)
+            return self._kernel_us(op, system, op.bytes_in + op.bytes_out - op.weight_bytes,
+                                   c.prefetch_compute_share)
+        return self._kernel_us(op, system, op.bytes_in + op.bytes_out)
 
     def _gap(self, system: System) -> float:
         return system.compute_profile(self.compute_profile).dispatch_us[self.dispatch]
 
-    def _kernel_us(self, op: OpWork, system: System, nbytes: float) -> float:
+    def _kernel_us(self, op: OpWork, system: System, nbytes: float, share: float = 1.0) -> float:
+        """One kernel: the roofline of ``nbytes`` of traffic, its math on ``share`` of the
+        compute grid, at least the shortest kernel."""
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
         if op.kind == "sdpa":
@@ -101,7 +114,7 @@ class TenstorrentModel(CostModel):
             return max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency), c.kernel_floor_us)
         fidelity = c.fidelity_of(op.fidelity)
         eff = self.matmul_efficiency if self.matmul_efficiency is not None else c.matmul_efficiency[fidelity]
-        math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff)
+        math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff * share)
         return max(math_us, system.dram_us(nbytes, dram), c.kernel_floor_us)
 
     def price(self, facts: ModuleFacts, system: System) -> Cost:
@@ -114,9 +127,10 @@ class TenstorrentModel(CostModel):
         rest, streamed = 0.0, 0.0
         for op in facts.ops:
             if op.kind in MATMUL_KINDS and op.weight_bytes:
-                # the weight arrives from the prefetcher; the kernel reads the rest
+                # the weight arrives from the prefetcher; the kernel reads the rest, and runs
+                # on the cores the prefetcher feeds (Compute.prefetch_compute_share)
                 streamed += op.weight_bytes
-                rest += self._kernel_us(op, system, op.bytes_in + op.bytes_out - op.weight_bytes) + self._gap(system)
+                rest += self.kernel_us(op, system, prefetched=True) + self._gap(system)
             else:
                 rest += self.op_us(op, system)
         compute = max(rest, system.dram_us(streamed, dram) - ccl)

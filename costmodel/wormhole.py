@@ -179,6 +179,16 @@ KERNEL_FLOOR_US = (2.23 + 2.37) / 2
 # untraced model spending 756 us between ops against 362 us on device.
 DISPATCH_US = {"traced": 0.728, "untraced": 5.8, "none": 0.0}
 
+# With weights prefetched (tenstorrent models' prefetch_weights option) a matmul runs on the
+# prefetcher's receiver cores only: one prefetcher core per DRAM bank ("Each prefetcher
+# core reads tensors from it's assigned DRAM bank"), each feeding "the two Matmul cores on
+# the right" (tt-metal tech_reports/Prefetcher/Prefetcher.md); Wormhole has 12 DRAM banks
+# (llms.md 4.3.2.2, "the 12 DRAM banks"). 2 x 12 = 24 cores: the ring matmul's 24 input
+# cores (RING_CRS) of tt-metal tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py.
+# Of the 64-core compute grid (PEAK_TFLOPS).
+PREFETCH_MATMUL_CORES = 12 * 2
+PREFETCH_COMPUTE_SHARE = PREFETCH_MATMUL_CORES / 64
+
 # generic: what tt-mlir compiles. At optimization level 0 it sets HiFi4 on every matmul
 # (tt-mlir include/ttmlir/Dialect/TTNN/Pipelines/TTNNPipelines.h); matmuls use TTNN's
 # automatic program configs (GEMM_FLOPS.md "out of box": BF16 HiFi2 4096^3 68.15 TFLOPS
@@ -195,6 +205,7 @@ GENERIC_COMPUTE = Compute(
     sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
     kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
     sources=(_GEMM, _LLMS, "tt-mlir include/ttmlir/Dialect/TTNN/Pipelines/TTNNPipelines.h"),
+    prefetch_compute_share=PREFETCH_COMPUTE_SHARE,
 )
 
 # tuned: tt-metal's hand-written models. Matmul fidelity by weight format; manually
@@ -208,7 +219,8 @@ TUNED_COMPUTE = Compute(
     sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
     kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
     sources=(_GEMM, _LLMS, "tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth.md",
-             "tt-metal models/tt_transformers/tt/model_config.py"),
+             "tt-metal models/tt_transformers/tt/model_config.py", "tt-metal tech_reports/Prefetcher/Prefetcher.md"),
+    prefetch_compute_share=PREFETCH_COMPUTE_SHARE,
 )
 COMPUTE = {"generic": GENERIC_COMPUTE, "tuned": TUNED_COMPUTE}
 
