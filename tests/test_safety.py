@@ -141,6 +141,9 @@ def test_a_hidden_split_embedding_shards_the_residual_stream(run_cli, tmp_path):
                            "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
+    # the patterns name every layer's weights (a JSON spec may use the plan's role globs)
+    assert plan["baselines"]["loader-spec"]["unmatched"] == []
+    assert {a["name"]: a["sharding"] for a in plan["arguments"]}["model.layers.1.mlp.down_proj.weight"] == [[], ["model"]]
     assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["residual-stream"]
     # the same projections with the embedding replicated keep the stream whole
     spec.write_text(json.dumps({k: v for k, v in json.loads(spec.read_text()).items() if "embed" not in k}))

@@ -383,53 +383,67 @@ def _attributed(c: Collective, op, owner_of: dict) -> Collective:
 def _splits_residual_stream(add, weight_values: set, shard: dict) -> bool:
     """A residual connection (``x + proj(...)``: an add of two activations, one of them a
     weight projection's output) whose result is split on the projection's output
-    features: the residual stream sharded on the hidden dim (safety rule
-    ``residual-stream``), however Shardy realised it (a reduce_scatter of row-parallel
-    partial sums, or weights sliced to match an embedding split on hidden). A bias add
-    (one operand computed from weights alone) is not a residual connection; a split of
-    the tokens (sequence parallelism) is not a feature split."""
+    features on an axis the projection reduces over, as the plan shards its weight or as
+    the propagated module runs it (safety rule ``residual-stream``): the residual stream
+    sharded where the row-parallel projection's all-reduce should make it whole, however
+    Shardy realised it (a reduce_scatter of the partial sums, or the weight sliced
+    into a column split so the all-reduce is gone). A split on another axis (tt-metal's
+    2-D layout keeps the stream split on the axis the projection does not reduce over)
+    is not; a bias add (one operand from weights alone) is not a residual connection; a
+    split of the tokens (sequence parallelism) is not a feature split."""
     operands = list(add.operands)
     if any(o in weight_values for o in operands):
         return False
     s = shard.get(add.results[0])
     if s is None:
         return False
-    features = set()
-    for o in operands:
-        features |= _projection_features(o, weight_values)
-    if not features:
-        return False
     shape = ir.tensor_type(add.results[0].type)[0]
-    return any(axes and shape[d] in features for d, axes in enumerate(s.dims))
+    for o in operands:
+        features, reduced = _projection(o, weight_values, shard)
+        if any(shape[d] in features and set(axes) & reduced for d, axes in enumerate(s.dims)):
+            return True
+    return False
 
 
 _PASS_THROUGH = ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose", "sdy.all_reduce",
                  "sdy.reduce_scatter", "sdy.all_gather", "sdy.all_slice", "sdy.reshard", "stablehlo.add")
+_SAME_DIMS = ("stablehlo.convert", "sdy.all_gather", "sdy.all_slice", "sdy.reshard")
 
 
-def _projection_features(value, weight_values: set, depth: int = 0) -> set[int]:
-    """The output-feature sizes of the weight projection ``value`` is (through views,
-    collectives and bias adds), or an empty set."""
+def _projection(value, weight_values: set, shard: dict, depth: int = 0) -> tuple[set[int], set[str]]:
+    """(output-feature sizes, axes its contracting dims are split on) of the weight
+    projection ``value`` is, through views, collectives and bias adds; empty if none.
+    The axes are the weight's at the dot and at every step back to its argument."""
     producer = value.owner
     name = getattr(producer, "name", "")
     if name == "stablehlo.dot_general":
         text = str(producer.attributes["dot_dimension_numbers"])
-        out = set()
+        features, axes = set(), set()
         for i, key in ((0, "lhs"), (1, "rhs")):
-            operand = producer.operands[i]
-            if operand in weight_values:
-                shape = ir.tensor_type(operand.type)[0]
-                used = set(_dims(text, f"{key}_contracting_dimensions")) | set(_dims(text, f"{key}_batching_dimensions"))
-                out |= {shape[d] for d in range(len(shape)) if d not in used}
-        return out
+            w = producer.operands[i]
+            if w not in weight_values:
+                continue
+            shape = ir.tensor_type(w.type)[0]
+            contracting = set(_dims(text, f"{key}_contracting_dimensions"))
+            used = contracting | set(_dims(text, f"{key}_batching_dimensions"))
+            features |= {shape[d] for d in range(len(shape)) if d not in used}
+            for _ in range(8):
+                sh = shard.get(w)
+                if sh is not None:
+                    axes |= {a for d in contracting if d < sh.rank for a in sh.dims[d]}
+                owner = w.owner
+                if getattr(owner, "name", "") not in _SAME_DIMS:
+                    break
+                w = owner.operands[0]
+        return features, axes
     if depth >= 6 or name not in _PASS_THROUGH:
-        return set()
+        return set(), set()
     if name == "stablehlo.add":  # through a bias add only
         rest = [o for o in producer.operands if o not in weight_values]
         if len(rest) != 1:
-            return set()
-        return _projection_features(rest[0], weight_values, depth + 1)
-    return _projection_features(producer.operands[0], weight_values, depth + 1)
+            return set(), set()
+        return _projection(rest[0], weight_values, shard, depth + 1)
+    return _projection(producer.operands[0], weight_values, shard, depth + 1)
 
 
 def _nbytes(shape, dtype: str) -> int:

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, field
 
 from shard_opt.candidates import Group
@@ -156,26 +157,47 @@ def loader_spec(model: LoweredModel, mesh: Mesh) -> LoaderSpec | None:
     out = LoaderSpec({}, data["source"], data["where"], entry.get("mesh"), list(entry.get("unmatched", [])))
     sizes = dict(zip(mesh.axes, mesh.shape))
     for name, dims in entry["spec"].items():
-        a = args.get(name)
-        if a is None:
+        matched = _spec_targets(name, args)
+        if not matched:
             out.unmatched.append(name)
             continue
-        if len(dims) != len(a.shape):
-            out.unmatched.append(f"{name} (a spec of {len(dims)} dims for a {len(a.shape)}-dim tensor)")
-            continue
-        split = []
-        for d, entry_axes in enumerate(dims):
-            axes = [] if entry_axes is None else ([entry_axes] if isinstance(entry_axes, str) else list(entry_axes))
-            missing = [x for x in axes if x not in sizes]
-            if missing:
-                out.unmatched.append(f"{name}: axis {', '.join(missing)} is not a mesh axis ({', '.join(mesh.axes)})")
-            axes = [x for x in axes if sizes.get(x, 1) > 1]
-            factor = 1
-            for x in axes:
-                factor *= sizes[x]
-            if axes and a.shape[d] % factor:
-                out.not_dividing.append({"name": name, "dim": d, "size": a.shape[d], "axes": axes})
-                axes = []
-            split.append(axes)
-        out.by_role.setdefault(a.role, TensorSharding.of(split))
+        for a in matched:
+            _add_spec_entry(out, name, dims, a, sizes)
     return out
+
+
+def _spec_targets(name: str, args: dict) -> list:
+    """The arguments a spec entry names: one by its name, or by a shell pattern
+    (``model.layers.*.mlp.up_proj.weight``, as the plan's roles are written), one per role."""
+    if name in args:
+        return [args[name]]
+    if not any(c in name for c in "*?["):
+        return []
+    roles: dict[str, object] = {}
+    for n, a in args.items():
+        if fnmatch.fnmatchcase(n, name):
+            roles.setdefault(a.role, a)
+    return list(roles.values())
+
+
+def _add_spec_entry(out: "LoaderSpec", name: str, dims, a, sizes: dict) -> None:
+    """One spec entry for argument ``a``: its split per dim, axes the mesh lacks and
+    splits that do not divide reported (the latter replicated)."""
+    if len(dims) != len(a.shape):
+        out.unmatched.append(f"{name} (a spec of {len(dims)} dims for a {len(a.shape)}-dim tensor)")
+        return
+    split = []
+    for d, entry_axes in enumerate(dims):
+        axes = [] if entry_axes is None else ([entry_axes] if isinstance(entry_axes, str) else list(entry_axes))
+        missing = [x for x in axes if x not in sizes]
+        if missing:
+            out.unmatched.append(f"{name}: axis {', '.join(missing)} is not a mesh axis ({', '.join(sizes)})")
+        axes = [x for x in axes if sizes.get(x, 1) > 1]
+        factor = 1
+        for x in axes:
+            factor *= sizes[x]
+        if axes and a.shape[d] % factor:
+            out.not_dividing.append({"name": name, "dim": d, "size": a.shape[d], "axes": axes})
+            axes = []
+        split.append(axes)
+    out.by_role.setdefault(a.role, TensorSharding.of(split))
