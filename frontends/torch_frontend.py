@@ -681,8 +681,14 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
     if user_spec is not None:
         lowered.meta["shard_spec"] = user_spec
 
+    copies: dict[int, LoweredModel] = {}
+
     def with_layers(k: int) -> LoweredModel:
-        return load_script(path, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, spec=spec)
+        # once per run: structure_of and the layered scorer both ask for the 1-layer copy
+        if k not in copies:
+            copies[k] = load_script(path, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                                    spec=spec)
+        return copies[k]
 
     if total:
         lowered.with_layers = with_layers

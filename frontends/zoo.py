@@ -12,15 +12,15 @@ ViT takes ``pixel_values [batch, 3, 224, 224]``. The Wan models take a 480x832,
 the 1x2x2 patch), and one latent frame ``[batch, 16, 1, 60, 104]`` for the VAE decoder
 (diffusers' ``AutoencoderKLWan._decode`` runs the decoder one latent frame at a time);
 ``--seq-len`` does not apply to them.
+
+torch is imported when a model is built, not with this module: a run whose lowered
+modules all come from the cache (``frontends/cache.py``) never imports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
-
-import torch
-from torch import nn
 
 from shard_opt.errors import UserError
 from shard_opt.lowered import LoweredModel
@@ -39,6 +39,8 @@ class ZooEntry:
 
 def _on_meta(fn):
     def build(layers):
+        import torch
+
         with torch.device("meta"):
             return fn(layers)
     return build
@@ -182,26 +184,43 @@ WAN_VAE = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, a
                temperal_downsample=[False, True, True], dropout=0.0)
 
 
-class WanVAEDecoder(nn.Module):
-    """``AutoencoderKLWan``'s decode path for one latent frame: ``post_quant_conv`` then ``decoder``.
+def _wan_vae_decoder_class():
+    """``WanVAEDecoder``, defined on first use (it subclasses ``torch.nn.Module``)."""
+    from torch import nn
 
-    Holds the VAE's own submodules under their own names, so parameter FQNs are the
-    VAE's (``decoder.up_blocks.0...``); the encoder is left out.
-    """
+    class WanVAEDecoder(nn.Module):
+        """``AutoencoderKLWan``'s decode path for one latent frame: ``post_quant_conv`` then ``decoder``.
 
-    def __init__(self, vae):
-        super().__init__()
-        self.post_quant_conv = vae.post_quant_conv
-        self.decoder = vae.decoder
+        Holds the VAE's own submodules under their own names, so parameter FQNs are the
+        VAE's (``decoder.up_blocks.0...``); the encoder is left out.
+        """
 
-    def forward(self, z):
-        return self.decoder(self.post_quant_conv(z)).clamp(-1.0, 1.0)
+        def __init__(self, vae):
+            super().__init__()
+            self.post_quant_conv = vae.post_quant_conv
+            self.decoder = vae.decoder
+
+        def forward(self, z):
+            return self.decoder(self.post_quant_conv(z)).clamp(-1.0, 1.0)
+
+    WanVAEDecoder.__module__ = __name__
+    WanVAEDecoder.__qualname__ = "WanVAEDecoder"
+    globals()["WanVAEDecoder"] = WanVAEDecoder
+    return WanVAEDecoder
+
+
+def __getattr__(name: str):
+    # ``from shard_opt.frontends.zoo import WanVAEDecoder`` without torch at import time
+    if name == "WanVAEDecoder":
+        return _wan_vae_decoder_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _wan_vae(layers):
     from diffusers import AutoencoderKLWan
 
-    return WanVAEDecoder(AutoencoderKLWan(**WAN_VAE))
+    decoder = globals().get("WanVAEDecoder") or _wan_vae_decoder_class()
+    return decoder(AutoencoderKLWan(**WAN_VAE))
 
 
 # --- Hand-written ---------------------------------------------------------------------
@@ -263,6 +282,8 @@ def get(name: str) -> ZooEntry:
 
 def _inputs(entry: ZooEntry, model, batch: int, seq_len: int):
     """(tensors, names) of a zoo model's prefill inputs (meta device)."""
+    import torch
+
     meta = dict(device="meta")
     if entry.inputs == "tokens":
         return [torch.zeros((batch, seq_len), dtype=torch.long)], ["input_ids"]
@@ -296,8 +317,14 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
                  describe=describe)
     lowered = cached(parts, lambda: _lower_zoo(entry, where, **parts))
 
+    copies: dict[int, LoweredModel] = {}
+
     def with_layers(k: int) -> LoweredModel:
-        return load_zoo(name, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype, describe=describe)
+        # once per run: structure_of and the layered scorer both ask for the 1-layer copy
+        if k not in copies:
+            copies[k] = load_zoo(name, layers=k, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                                 describe=describe)
+        return copies[k]
 
     if lowered.num_layers:  # the model has repeated blocks
         lowered.with_layers = with_layers
