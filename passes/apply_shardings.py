@@ -19,6 +19,7 @@ Options:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from shard_opt import ir
@@ -42,10 +43,11 @@ class ApplyShardings(ModulePass):
         wanted_args.update(parse_shardings_option(self.shardings))
         with module.context:
             ftype = func.attributes["function_type"].value
+            n_inputs = len(ftype.inputs)  # the property builds a list of every input type
             for i in wanted_args:
-                if i >= len(ftype.inputs):
-                    raise UserError(f"apply-shardings: @main has {len(ftype.inputs)} arguments, no argument {i}")
-            _set_attrs(func, "arg_attrs", len(ftype.inputs), wanted_args)
+                if i >= n_inputs:
+                    raise UserError(f"apply-shardings: @main has {n_inputs} arguments, no argument {i}")
+            _set_attrs(func, "arg_attrs", n_inputs, wanted_args)
             if self.replicate_outputs:
                 wanted = {}
                 for i, t in enumerate(ftype.results):
@@ -69,6 +71,17 @@ def parse_shardings_option(text: str) -> dict[int, TensorSharding]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str, context):
+    return ir.ir().Attribute.parse(text, context)
+
+
+def _attribute(text: str):
+    """``Attribute.parse(text)`` in the current context, parsed once per text (a search
+    writes the same few shardings on every candidate)."""
+    return _parsed(text, ir.ir().Context.current)
+
+
 def _set_attrs(func, key: str, count: int, shardings: dict, keep_existing: bool = False) -> None:
     irm = ir.ir()
     old = func.attributes[key] if key in func.attributes else None
@@ -82,6 +95,6 @@ def _set_attrs(func, key: str, count: int, shardings: dict, keep_existing: bool 
                 entries[na.name] = na.attr
         s = shardings.get(i)
         if s is not None and not (keep_existing and "sdy.sharding" in entries):
-            entries["sdy.sharding"] = irm.Attribute.parse(s.to_attr())
+            entries["sdy.sharding"] = _attribute(s.to_attr())
         new.append(irm.DictAttr.get(entries))
     func.attributes[key] = irm.ArrayAttr.get(new)

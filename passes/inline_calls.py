@@ -44,7 +44,7 @@ def inline_calls(module, *, max_depth: int = 16) -> int:
         for _ in range(max_depth):
             funcs = {f.attributes["sym_name"].value: f for f in module.body.operations
                      if f.operation.name == "func.func"}
-            calls = [op for op in ir.walk_ops(module.operation) if op.operation.name == "func.call"]
+            calls = ir.ops_in(module.operation, ("func.call",))
             inlined = 0
             for call in calls:
                 callee = funcs.get(call.attributes["callee"].value)

@@ -128,20 +128,25 @@ def merge_identical_collectives(module) -> int:
     went. The first one dominates the others: ops of one block run in order."""
     merged = 0
     with module.context:
-        for op in ir.walk_ops(module.operation):
-            for region in op.regions:
-                for block in region.blocks:
-                    first = {}
-                    for child in list(block.operations):
-                        if child.operation.name not in COLLECTIVE_OPS:
-                            continue
-                        key = (child.operation.name, child.operands[0], _attr_text(child))
-                        if key in first:
-                            child.results[0].replace_all_uses_with(first[key].results[0])
-                            child.operation.erase()
-                            merged += 1
-                        else:
-                            first[key] = child
+        # every collective by its block, blocks in the order a pre-order walk reaches their
+        # parent op (an outer block before the blocks nested in it), ops in block order
+        order = {}
+        blocks: dict = {}
+        for op in ir.ops_in(module.operation):
+            order.setdefault(op, len(order))
+            if op.name in COLLECTIVE_OPS:
+                parent = op.parent
+                blocks.setdefault(op.block, (order.get(parent, -1), len(blocks), []))[2].append(op)
+        for _, _, ops in sorted(blocks.values(), key=lambda b: b[:2]):
+            first = {}
+            for child in ops:
+                key = (child.name, child.operands[0], _attr_text(child))
+                if key in first:
+                    child.results[0].replace_all_uses_with(first[key].results[0])
+                    child.erase()
+                    merged += 1
+                else:
+                    first[key] = child
     return merged
 
 
@@ -152,18 +157,24 @@ def _attr_text(op) -> str:
 
 def erase_dead_collectives(module) -> int:
     """Erase collectives whose result nothing uses (ShardyCCLCanonicalization's clean-up:
-    a canonicalization can leave, say, the all_reduce of an argmax's unused max value);
-    returns how many went."""
+    a canonicalization can leave, say, the all_reduce of an argmax's unused max value),
+    until none is left (erasing one can leave its operand's collective unused); returns
+    how many went."""
     erased = 0
     with module.context:
+        alive = ir.ops_in(module.operation, COLLECTIVE_OPS)
         changed = True
         while changed:
             changed = False
-            for op in list(ir.walk_ops(module.operation)):
-                if op.operation.name in COLLECTIVE_OPS and not any(True for _ in op.results[0].uses):
-                    op.operation.erase()
+            keep = []
+            for op in alive:
+                if not any(True for _ in op.results[0].uses):
+                    op.erase()
                     erased += 1
                     changed = True
+                else:
+                    keep.append(op)
+            alive = keep
     return erased
 
 
@@ -181,8 +192,8 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -
         return
     mesh_name = mesh_name_of(module) or "mesh"
     with module.context:
-        for op in list(ir.walk_ops(module.operation)):
-            name = op.operation.name
+        for op in ir.ops_in(module.operation, (OPAQUE_OPS if opaque_ops else ()) + (MOVING_OPS if moved_dims else ())):
+            name = op.name
             if opaque_ops and name in OPAQUE_OPS and not _shardy_own(op):
                 for i, value in enumerate(list(op.operands)):
                     tt = ir.tensor_type(value.type)

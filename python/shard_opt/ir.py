@@ -163,6 +163,30 @@ def walk_ops(op):
                 yield from walk_ops(child)
 
 
+def ops_in(op, names=None) -> list:
+    """The operations nested in ``op`` (not ``op`` itself), in pre-order, as a list taken
+    before the caller changes anything; only those whose name is in ``names`` when given.
+    MLIR's own walk: a third of ``walk_ops``' time. Items are ``Operation`` objects (use
+    ``.name``, ``.attributes``, ``.operands``; not an OpView's properties)."""
+    _ir = ir()
+    out = []
+    advance = _ir.WalkResult.ADVANCE
+    if names is None:
+        def visit(o):
+            out.append(o)
+            return advance
+    else:
+        def visit(o):
+            if o.name in names:
+                out.append(o)
+            return advance
+    top = op.operation
+    top.walk(visit, _ir.WalkOrder.PRE_ORDER)
+    if out and out[0] == top:
+        out.pop(0)
+    return out
+
+
 def tensor_type(t):
     """(shape, element type text) of a ranked tensor type, else None."""
     if not isinstance(t, ir().RankedTensorType):
