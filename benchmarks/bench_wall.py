@@ -10,8 +10,9 @@ Each run is ``python -m shard_opt.cli zoo:MODEL --mesh MESH --plan-json TMP -o /
 again. ``wall s`` is measured here, from spawning the process to its exit. The phases come
 from the run's own ``SHARD_OPT_TIMINGS`` file (``shard_opt.timing``), each phase's own
 seconds without the phases inside it: ``lower`` is every lowering (the 1- and 2-layer
-copies the search lowers too), ``baselines`` / ``search`` / ``final`` are the driver's,
-``opt rest`` is the rest of ``optimize``, and ``other`` is the wall time in no phase
+copies the search lowers too), ``baselines`` / ``search`` / ``final`` / ``analysis`` are
+the driver's (``analysis``: the plan JSON around the winner, its alternatives and
+robustness), ``opt rest`` is the rest of ``optimize`` (the scorer, the structure), and ``other`` is the wall time in no phase
 (argument checks, ``verify``, process exit: the worker processes' shutdown). Phases
 not recorded by the version under test show ``-``.
 
@@ -43,8 +44,8 @@ DEFAULT = ["llama-3-8b@2x4", "llama-3-70b@8x4", "wan-vae@2x4"]
 # (model, mesh, cold or warm) -> the issue's target wall seconds ("The whole run in seconds")
 TARGETS = {("llama-3-8b", "2x4", "cold"): 20.0, ("llama-3-8b", "2x4", "warm"): 8.0,
            ("llama-3-70b", "8x4", "cold"): 40.0, ("wan-vae", "2x4", "cold"): 30.0}
-PHASES = ["import", "lower", "baselines", "search", "final", "opt rest", "emit", "other"]
-FINER = ("baselines", "search", "final")
+PHASES = ["import", "lower", "baselines", "search", "final", "analysis", "opt rest", "emit", "other"]
+FINER = ("baselines", "search", "final", "analysis")
 
 
 def spec_of(model: str) -> str:
@@ -102,7 +103,7 @@ def one_run(model: str, mesh: str, cache_dir: str, timeout: float) -> dict:
         except (OSError, json.JSONDecodeError):
             timings = {}
     own = dict(timings.get("self") or {})
-    phases = {k: own.get(k) for k in ("import", "lower", "baselines", "search", "final", "emit")}
+    phases = {k: own.get(k) for k in ("import", "lower", "baselines", "search", "final", "analysis", "emit")}
     phases["opt rest"] = own.get("optimize")
     phases["other"] = res["wall"] - sum(v for v in own.values() if v)
     rss = timings.get("vm_hwm_mb") or res["polled_mb"] or timings.get("peak_rss_mb")

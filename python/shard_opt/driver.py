@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from shard_opt import analysis, costmodel, ir, safety
+from shard_opt import analysis, costmodel, ir, parallel, safety, timing
 from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, make_groups, site_groups
 from shard_opt.errors import UserError
@@ -103,60 +103,72 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
                          limit=limit, removed=removed)
     seeds = [assignment_of(groups, mega)]
     baselines = {}
-    if opts.baselines:
-        # priced first, so the search starts from the expert plan and from tt-mlir's pass's
-        # plan: whatever the search finds is at least as fast as both (when representable)
-        baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
-        baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
-        seeds.append(assignment_of(groups, autoshard))
-    user = loader_spec(model, mesh)
-    if user is not None:
-        # the user's own plan: priced as a baseline, and a seed (the search starts from it)
-        baselines["loader-spec"] = _loader_baseline(model, scorer, user)
-        seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
-    t0 = time.monotonic()
-    sites = site_groups(model.text, meshes, set(opts.parallelism), model.arguments)
-    result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
-                    scorer=scorer, progress=progress, seeds=seeds, sites=sites)
-    seconds = time.monotonic() - t0
+    with timing.phase("baselines"):
+        if opts.baselines:
+            # priced first, so the search starts from the expert plan and from tt-mlir's pass's
+            # plan: whatever the search finds is at least as fast as both (when representable)
+            baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
+            baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
+            seeds.append(assignment_of(groups, autoshard))
+        user = loader_spec(model, mesh)
+        if user is not None:
+            # the user's own plan: priced as a baseline, and a seed (the search starts from it)
+            baselines["loader-spec"] = _loader_baseline(model, scorer, user)
+            seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
+    with timing.phase("search"):
+        t0 = time.monotonic()
+        sites = site_groups(model.text, meshes, set(opts.parallelism), model.arguments)
+        result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
+                        scorer=scorer, progress=progress, seeds=seeds, sites=sites)
+        seconds = time.monotonic() - t0
 
-    groups, assignment, score = result.groups, result.assignment, result.score
-    # candidates priced before the constraint sites joined the search leave every site
-    # unconstrained (option 0): key them at the full length, so every plan is comparable
-    result.scored = {a + (0,) * (len(groups) - len(a)): s for a, s in result.scored.items()}
-    fallback = None
-    if not score.fits and not any(s.fits for s in result.scored.values()):
-        # nothing the speed search tried fits: search for memory (fitting plans first, the
-        # least memory, then time), from the fastest plan and the seeds
-        seen = result.scored
-        mem = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
-                     scorer=scorer, progress=progress, seeds=[result.assignment, _most_split(groups, mesh)] + [
-                         s + tuple(0 for _ in range(len(groups) - len(s))) for s in seeds],
-                     objective=fit_first)
-        result.scored = {**seen, **mem.scored}
-    if not score.fits:
-        fitting = [(s.key(), a) for a, s in result.scored.items() if s.fits]
-        if not fitting:
-            need = min(s.memory_bytes for s in result.scored.values())
-            raise UserError(
-                f"{model.name} does not fit on {system_name} ({mesh.spec}) under any plan evaluated: "
-                f"the smallest needs {need / 2**30:.1f} GiB per device; use more devices or a "
-                f"system with more DRAM (--devices, --system)"
-            )
-        _, alt = min(fitting)
-        alt_score = result.scored[alt]
-        if alt_score.key() < score.key():  # the memory search found a faster plan: no trade-off
-            result.assignment, result.score = alt, alt_score
-        else:
-            fallback = (
-                f"the fastest plan ({score.total_us:.1f} us) needs {score.memory_bytes / 2**30:.2f} GiB per "
-                f"device, more than {system_name}'s DRAM allows; took the fastest plan that fits "
-                f"({alt_score.total_us:.1f} us, {100 * (alt_score.total_us / score.total_us - 1):+.1f}% time)"
-            )
-            stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
-        assignment, score = alt, alt_score
+        groups, assignment, score = result.groups, result.assignment, result.score
+        # candidates priced before the constraint sites joined the search leave every site
+        # unconstrained (option 0): key them at the full length, so every plan is comparable
+        result.scored = {a + (0,) * (len(groups) - len(a)): s for a, s in result.scored.items()}
+        fallback = None
+        if not score.fits and not any(s.fits for s in result.scored.values()):
+            # nothing the speed search tried fits: search for memory (fitting plans first, the
+            # least memory, then time), from the fastest plan and the seeds
+            seen = result.scored
+            mem = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
+                         scorer=scorer, progress=progress, seeds=[result.assignment, _most_split(groups, mesh)] + [
+                             s + tuple(0 for _ in range(len(groups) - len(s))) for s in seeds],
+                         objective=fit_first)
+            result.scored = {**seen, **mem.scored}
+        if not score.fits:
+            fitting = [(s.key(), a) for a, s in result.scored.items() if s.fits]
+            if not fitting:
+                need = min(s.memory_bytes for s in result.scored.values())
+                raise UserError(
+                    f"{model.name} does not fit on {system_name} ({mesh.spec}) under any plan evaluated: "
+                    f"the smallest needs {need / 2**30:.1f} GiB per device; use more devices or a "
+                    f"system with more DRAM (--devices, --system)"
+                )
+            _, alt = min(fitting)
+            alt_score = result.scored[alt]
+            if alt_score.key() < score.key():  # the memory search found a faster plan: no trade-off
+                result.assignment, result.score = alt, alt_score
+            else:
+                fallback = (
+                    f"the fastest plan ({score.total_us:.1f} us) needs {score.memory_bytes / 2**30:.2f} GiB per "
+                    f"device, more than {system_name}'s DRAM allows; took the fastest plan that fits "
+                    f"({alt_score.total_us:.1f} us, {100 * (alt_score.total_us / score.total_us - 1):+.1f}% time)"
+                )
+                stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
+            assignment, score = alt, alt_score
 
-    final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
+    with timing.phase("final"):
+        final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
+    with timing.phase("analysis"):
+        return _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
+                        seconds, fallback, baselines, user, mega, limit, removed, final)
+
+
+def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,
+             fallback, baselines, user, mega, limit, removed, final) -> Outcome:
+    """The plan JSON around the winner: what each group weighed, the baselines, the
+    per-layer bill, the safety table, robustness, and the annotated module."""
     group_info = _group_info(groups, assignment, result)
     alternatives = _alternatives(groups, assignment, scorer, assignment_of(groups, mega))
     for info, alts in zip(group_info, alternatives):
@@ -540,12 +552,14 @@ def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
     all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
     zero = tuple(0 for _ in all_groups)
     out["replicated"] = score_dict(scorer.score(all_groups, zero))
+    ag = autoshard_groups(model, mesh)
+    if _space(ag) * (scorer.seconds_each or 0.0) > parallel.MIN_SECONDS:
+        parallel.start()  # the enumeration below is long: the workers start while Megatron is priced
     out["megatron"] = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
     out["megatron"]["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
     # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
-    ag = autoshard_groups(model, mesh)
     res = search(model, meshes, None, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
                  groups=ag, exhaustive_limit=1500, exhaustive_seconds=None)
     out["autoshard-heuristic"] = score_dict(scorer.score(ag, res.assignment))

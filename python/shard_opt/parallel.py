@@ -9,8 +9,11 @@ one pickled message on its stdin; the results come back on its stdout. Workers r
 each evaluator from a picklable spec the first time they see it. Results do not depend
 on which worker ran what, so plans stay deterministic.
 
-``SHARD_OPT_JOBS`` sets the number of workers (default: the machine's cores, at most
-4); ``SHARD_OPT_JOBS=1`` evaluates in-process.
+``SHARD_OPT_JOBS`` sets how many processes evaluate (default: the machine's cores, at
+most 4): the caller's own process takes one share of each batch and ``jobs() - 1``
+workers the others, so two cores run one worker beside the caller. ``SHARD_OPT_JOBS=1``
+evaluates in-process. ``start()`` launches the workers ahead of the first batch (a worker
+imports jax and builds its MLIR context as soon as it starts, while the caller goes on).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import select
 import struct
 import subprocess
 import sys
@@ -25,7 +29,11 @@ import sys
 MIN_BATCH = 8  # smaller batches run in-process: a round trip costs more than it saves
 MIN_SECONDS = 4.0  # ...and so do batches shorter than this in-process (a worker's start-up)
 
+MAX_CHUNK = 16  # tasks per message to a worker (smaller chunks balance better, cost more round trips)
+
 _WORKERS: list[subprocess.Popen] = []
+_KNOWN: dict[int, set] = {}  # worker pid -> uids of the evaluator specs it was sent
+_READY: set[int] = set()  # pids of the workers that finished starting (see _warm_up)
 
 
 def jobs() -> int:
@@ -62,35 +70,83 @@ def _workers(n: int) -> list[subprocess.Popen]:
     return _WORKERS[:n]
 
 
-def run_batch(tasks: list, seconds_each: float | None = None) -> list | None:
-    """Results of ``tasks`` (see ``work``) computed by the workers, in order.
+def start() -> int:
+    """Launch the ``jobs() - 1`` workers now, without waiting for them (a caller that knows
+    a large search is coming); returns how many run."""
+    return len(_workers(jobs() - 1))
+
+
+def run_batch(tasks: list, seconds_each: float | None = None, local=None) -> list | None:
+    """Results of ``tasks`` (see ``work``), in order, computed by the workers and, between
+    their replies, by this process (``local``: a function of one task; default ``work``).
+
+    Tasks go out in small chunks to whichever worker is free, and this process takes
+    tasks from the other end of the batch, so a worker still starting or a slower share
+    holds nobody up. Which process computed what never changes a result.
 
     None when the batch is not worth the workers (too few tasks, an estimated
     in-process time under ``MIN_SECONDS`` while no worker runs yet, or only one job
     allowed): the caller then evaluates in-process.
     """
-    n = min(jobs(), len(tasks) // (MIN_BATCH // 2) or 1)
+    n = min(jobs(), len(tasks) // (MIN_BATCH // 2) or 1)  # processes taking a share, this one included
     if n <= 1 or len(tasks) < MIN_BATCH:
         return None
     if not _WORKERS and (seconds_each is None or seconds_each * len(tasks) < MIN_SECONDS):
         return None
-    workers = _workers(n)
-    chunks = [tasks[i::n] for i in range(n)]
-    for w, chunk in zip(workers, chunks):
-        _send(w.stdin, chunk)
+    local = local or work
+    workers = {w.stdout.fileno(): w for w in _workers(n - 1)}
+    chunk = max(1, min(MAX_CHUNK, len(tasks) // (4 * n)))
     results = [None] * len(tasks)
-    for i, w in enumerate(workers):
-        reply = _recv(w.stdout)
-        if isinstance(reply, BaseException):
-            close()
-            raise reply
-        results[i::n] = reply
+    lo, hi = 0, len(tasks)  # tasks[lo:hi] are not handed out yet
+    busy: dict = {}  # worker stdout fd -> the task indices it computes
+    try:
+        while lo < hi or busy:
+            for fd, w in workers.items():
+                if lo < hi and fd not in busy and w.pid in _READY:
+                    take = list(range(lo, min(hi, lo + chunk)))
+                    lo = take[-1] + 1
+                    _send(w.stdin, [_for_worker(w, tasks[i]) for i in take])
+                    busy[fd] = take
+            # workers still starting say "ready" on their pipe first
+            waiting = [fd for fd, w in workers.items() if fd in busy or w.pid not in _READY]
+            if lo < hi:
+                hi -= 1
+                results[hi] = local(tasks[hi])
+                ready = select.select(waiting, [], [], 0)[0] if waiting else []
+            elif busy:
+                ready = select.select(waiting, [], [])[0]
+            else:
+                break
+            for fd in ready:
+                reply = _recv(workers[fd].stdout)
+                if fd not in busy:  # a worker's start-up message
+                    _READY.add(workers[fd].pid)
+                    continue
+                if isinstance(reply, BaseException):
+                    raise reply
+                for i, r in zip(busy.pop(fd), reply):
+                    results[i] = r
+    except BaseException:
+        close()  # replies may be pending: start afresh next time
+        raise
     return results
+
+
+def _for_worker(w: subprocess.Popen, task):
+    """``task`` as sent to ``w``: an evaluator's spec travels once, later tasks name its uid."""
+    kind, spec, groups, arg = task
+    known = _KNOWN.setdefault(w.pid, set())
+    if spec[0] in known:
+        return kind, (spec[0],), groups, arg
+    known.add(spec[0])
+    return task
 
 
 def close() -> None:
     while _WORKERS:
         w = _WORKERS.pop()
+        _KNOWN.pop(w.pid, None)
+        _READY.discard(w.pid)
         try:
             w.stdin.close()
             w.wait(timeout=5)
@@ -128,6 +184,7 @@ def work(task):
 def _serve() -> None:
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but results may reach the pipe
+    _send(stdout, "ready")  # the caller sends work once this arrives
     while True:
         try:
             tasks = _recv(stdin)
@@ -139,5 +196,15 @@ def _serve() -> None:
             _send(stdout, e)
 
 
+def _warm_up() -> None:
+    """What every first task needs, done before the first batch arrives: jax's MLIR
+    bindings, the dialects and the shared context."""
+    from shard_opt import ir
+    from shard_opt import evaluate  # noqa: F401  (the passes, the analysis, the cost models)
+
+    ir.shared_context()
+
+
 if __name__ == "__main__":
+    _warm_up()
     _serve()

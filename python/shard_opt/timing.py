@@ -15,7 +15,8 @@ add up to the time spent in any phase.
 
 The CLI records ``import`` (process start to ``main``, plus the imports it defers),
 ``lower``, ``optimize``, ``verify`` and ``emit``; the driver records ``baselines``,
-``search`` and ``final`` inside ``optimize``. Worker processes keep their own (unreported)
+``search``, ``final`` (the winner on the whole model) and ``analysis`` (the plan JSON
+around it: alternatives, robustness, the annotated module) inside ``optimize``. Worker processes keep their own (unreported)
 timings: their work is inside the parent's phase that waited for it.
 
 Nothing here prints: the CLI writes ``write_json(path)`` when ``SHARD_OPT_TIMINGS`` is set.
