@@ -162,8 +162,19 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
 
     types: dict = {}
     locals_: dict = {}  # (type, sharding) -> (local shape, dtype): the same few pairs recur
+    # per value: its (local shape, dtype) and its bytes, read many times; ``forget`` drops
+    # them when the value's sharding or storage is set (a callee's values, called again)
+    value_local: dict = {}
+    value_bytes: dict = {}
+
+    def forget(value) -> None:
+        value_local.pop(value, None)
+        value_bytes.pop(value, None)
 
     def local_of(value):
+        got = value_local.get(value)
+        if got is not None:
+            return got
         t = value.type
         key = (t, shard.get(value))
         if key not in locals_:
@@ -176,11 +187,15 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 shape, dtype = tt
                 s = key[1]
                 locals_[key] = ((s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype)
-        return locals_[key]
+        got = value_local[value] = locals_[key]
+        return got
 
     def nbytes(value) -> int:
-        shape, dtype = local_of(value)
-        return _nbytes(shape, stored.get(value, dtype))
+        got = value_bytes.get(value)
+        if got is None:
+            shape, dtype = local_of(value)
+            got = value_bytes[value] = _nbytes(shape, stored.get(value, dtype))
+        return got
 
     def read_bytes(value) -> int:
         """Bytes an op reads for ``value``: where it is stored, 0 for a splat constant."""
@@ -203,6 +218,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 continue
             own = arg_shardings(callee)
             for operand, barg, s in zip(op.operands, callee.regions[0].blocks[0].arguments, own):
+                forget(barg)
                 if s is not None or operand in shard:
                     shard[barg] = s if s is not None else shard[operand]
                 if operand in origin:
@@ -234,6 +250,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
+                forget(r)
         if name == "stablehlo.add":
             adds.append(op)
         _propagate_origin(operands, results, origin, weight_values)
@@ -250,6 +267,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                     src[results[0]] = base
                     if base in stored:
                         stored[results[0]] = stored[base]
+                        forget(results[0])
                     g = group_of.get(operands[0])
                     if g is not None and name != "sdy.sharding_constraint":
                         group_of[results[0]] = g  # a view of a group's value is still inside it
@@ -328,14 +346,19 @@ _APPLICATORS = frozenset({
 })
 
 
-def _walk(op):
-    """Every operation nested in ``op`` in pre-order, without the bodies of reductions."""
-    for region in op.regions:
-        for block in region.blocks:
-            for child in block.operations:
-                yield child
-                if child.operation.name not in _APPLICATORS:
-                    yield from _walk(child)
+def _walk(op) -> list:
+    """Every operation nested in ``op`` in pre-order, without the bodies of reductions
+    (MLIR's own walk; ``Operation`` objects)."""
+    irm = ir.ir()
+    out = []
+    advance, skip = irm.WalkResult.ADVANCE, irm.WalkResult.SKIP
+
+    def visit(o):
+        out.append(o)
+        return skip if o.name in _APPLICATORS else advance
+
+    op.operation.walk(visit, irm.WalkOrder.PRE_ORDER)
+    return out[1:]  # not ``op`` itself
 
 
 # what a reduction is for, by the fused group that needs it
