@@ -13,6 +13,7 @@
 // CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
 // CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
+// CHECK-NEXT: {{^  }}unfold-batch-matmul {{ +}}One dot_general per batched matmul, every batch dim kept (undo torch-mlir's reshape folding)
 // CHECK-NOT: {{.}}
 
 // --list-systems: the hardware presets, with their meshes.
