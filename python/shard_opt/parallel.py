@@ -34,6 +34,7 @@ MAX_CHUNK = 16  # tasks per message to a worker (smaller chunks balance better, 
 _WORKERS: list[subprocess.Popen] = []
 _KNOWN: dict[int, set] = {}  # worker pid -> uids of the evaluator specs it was sent
 _READY: set[int] = set()  # pids of the workers that finished starting (see _warm_up)
+_in_process = 0.0  # estimated seconds of the batches run in-process before any worker started
 
 
 def jobs() -> int:
@@ -84,15 +85,30 @@ def run_batch(tasks: list, seconds_each: float | None = None, local=None) -> lis
     tasks from the other end of the batch, so a worker still starting or a slower share
     holds nobody up. Which process computed what never changes a result.
 
-    None when the batch is not worth the workers (too few tasks, an estimated
-    in-process time under ``MIN_SECONDS`` while no worker runs yet, or only one job
-    allowed): the caller then evaluates in-process.
+    None when the batch is not worth the workers (one task, or fewer than ``MIN_BATCH``
+    while no worker is ready; only one job allowed;
+    or, while no worker runs yet, an estimated in-process time that keeps the batches run
+    in-process so far under ``MIN_SECONDS``): the caller then evaluates in-process.
     """
-    n = min(jobs(), len(tasks) // (MIN_BATCH // 2) or 1)  # processes taking a share, this one included
-    if n <= 1 or len(tasks) < MIN_BATCH:
+    global _in_process
+    _poll_ready()
+    if any(w.pid in _READY for w in _WORKERS):  # a worker waits: even two tasks are worth sharing
+        n = min(jobs(), len(tasks))
+    else:
+        n = min(jobs(), len(tasks) // (MIN_BATCH // 2) or 1)  # processes taking a share, this one included
+        if len(tasks) < MIN_BATCH:
+            return None
+    if n <= 1:
         return None
-    if not _WORKERS and (seconds_each is None or seconds_each * len(tasks) < MIN_SECONDS):
-        return None
+    if not _WORKERS:
+        if seconds_each is None:
+            return None
+        estimate = seconds_each * len(tasks)
+        # many short batches add up (a local search's rounds): once they would have kept this
+        # process busy for MIN_SECONDS, the workers pay for their start-up
+        if estimate < MIN_SECONDS and _in_process + estimate < MIN_SECONDS:
+            _in_process += estimate
+            return None
     local = local or work
     workers = {w.stdout.fileno(): w for w in _workers(n - 1)}
     chunk = max(1, min(MAX_CHUNK, len(tasks) // (4 * n)))
@@ -130,6 +146,16 @@ def run_batch(tasks: list, seconds_each: float | None = None, local=None) -> lis
         close()  # replies may be pending: start afresh next time
         raise
     return results
+
+
+def _poll_ready() -> None:
+    """Read the start-up message of every worker that has sent it (never waits)."""
+    starting = {w.stdout.fileno(): w for w in _WORKERS if w.pid not in _READY}
+    if not starting:
+        return
+    for fd in select.select(list(starting), [], [], 0)[0]:
+        if _recv(starting[fd].stdout) == "ready":
+            _READY.add(starting[fd].pid)
 
 
 def _for_worker(w: subprocess.Popen, task):
