@@ -92,6 +92,7 @@ for path in sys.argv[1:]:
     calls = []
     xla = types.ModuleType("torch_xla")
     xla.device = lambda: torch.device("cpu")
+    xla.set_custom_compile_options = lambda o: calls.append(["set_custom_compile_options", dict(o)])
     runtime = types.ModuleType("torch_xla.runtime")
     runtime.set_device_type = lambda t: calls.append(["set_device_type", t])
     runtime.use_spmd = lambda: calls.append(["use_spmd"])
@@ -439,8 +440,10 @@ def test_scripts_call_mark_sharding_as_planned(d):
     plan = d.plan
     for name, p in [("S.py", plan), ("S_megatron.py", _megatron_variant(plan))]:
         got = checked[name]
-        assert got["calls"] == [["set_device_type", "TT"], ["use_spmd"],
-                                ["Mesh", list(range(8)), [2, 4], ["batch", "model"]]]
+        options = [c[1] for c in got["calls"] if c[0] == "set_custom_compile_options"]
+        assert options == [{"enable_trace": "true"}]  # priced traced (the cost model's default)
+        assert [c for c in got["calls"] if c[0] != "set_custom_compile_options"] == [
+            ["set_device_type", "TT"], ["use_spmd"], ["Mesh", list(range(8)), [2, 4], ["batch", "model"]]]
         assert "model.layers.1.mlp.down_proj.weight" in got["tensors"]
         key = {n: i for i, n in enumerate(a["name"] for a in p["arguments"])}
         marked = sorted(got["marked"], key=lambda m: key.get(m[0], -1) if not m[0].startswith("input") else 10**6)

@@ -103,7 +103,8 @@ def load_inputs():
 
 # Stand-ins for torch_xla: record every mark_sharding call.
 STUBS = {
-    "torch_xla/__init__.py": "def device():\n    return 'cpu'\n",
+    "torch_xla/__init__.py": "options = {}\n\ndef device():\n    return 'cpu'\n\n"
+                             "def set_custom_compile_options(o):\n    options.update(o)\n",
     "torch_xla/runtime.py": "calls = []\n\ndef set_device_type(t):\n    calls.append(('set_device_type', t))\n\n"
                             "def use_spmd():\n    calls.append(('use_spmd',))\n",
     "torch_xla/distributed/__init__.py": "",
@@ -217,12 +218,14 @@ def test_runs_with_torch_xla_and_marks_every_sharded_tensor(plan, tmp_path):
     script.write_text(emit_torch(TINY_SCRIPT, plan) + textwrap.dedent("""
         import json as _json
         import torch_xla.distributed.spmd as _spmd
+        import torch_xla as _tx
         import torch_xla.runtime as _rt
         _m = load_model()
         _x = load_inputs()
         _out = {n: _spmd.marked.get(id(t)) for n, t in _m.named_parameters()}
         _out["input_ids"] = _spmd.marked.get(id(_x[0]))
-        print(_json.dumps({"marked": _out, "calls": _rt.calls, "env": os.environ.get("CONVERT_SHLO_TO_SHARDY")}))
+        print(_json.dumps({"marked": _out, "calls": _rt.calls, "env": os.environ.get("CONVERT_SHLO_TO_SHARDY"),
+                           "options": _tx.options}))
         """))
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
@@ -230,6 +233,8 @@ def test_runs_with_torch_xla_and_marks_every_sharded_tensor(plan, tmp_path):
     res = json.loads(r.stdout.strip().splitlines()[-1])
     marked = res["marked"]
     assert res["env"] == "1" and ["use_spmd"] in res["calls"]
+    # priced with traced dispatch (the cost model's default): the script asks tt-xla to trace
+    assert res["options"] == {"enable_trace": "true"}
     mesh = [[2, 4], ["batch", "model"]]
     for layer in (0, 1):
         p = f"model.layers.{layer}."

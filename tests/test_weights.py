@@ -78,7 +78,8 @@ def test_the_emitted_script_sets_tt_xla_weight_options(run_cli, tmp_path):
                            "--plan-json", plan_path, "-o", os.devnull)
     assert code == 0, err
     text = out.read_text()
-    assert 'torch_xla.set_custom_compile_options({"experimental_weight_dtype": "bfp_bf8"})' in text
+    assert ('torch_xla.set_custom_compile_options({"experimental_weight_dtype": "bfp_bf8", "enable_trace": "true"})'
+            in text)
     assert '"model.layers.*.mlp.gate_proj.weight": "bfp_bf4"' in text
     assert "apply_weight_dtype_overrides(model, SHARD_OPT_WEIGHT_DTYPES)" in text
     plan = json.loads(plan_path.read_text())

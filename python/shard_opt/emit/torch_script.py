@@ -168,25 +168,41 @@ def _weight_overrides(plan: dict) -> dict:
 
 
 def _weight_format_lines(plan: dict) -> list[str]:
-    """tt-xla's weight-format options for the plan's --weight-dtype: the global
-    experimental_weight_dtype (tt-xla docs/source/performance.md) and per-parameter
-    overrides (tt_torch.weight_dtype.apply_weight_dtype_overrides, fnmatch globs)."""
+    """tt-xla's compile options for the program the plan was priced as: the global
+    experimental_weight_dtype for --weight-dtype (tt-xla docs/source/performance.md),
+    per-parameter overrides (tt_torch.weight_dtype.apply_weight_dtype_overrides, fnmatch
+    globs), and enable_trace when the cost model priced traced dispatch (its default;
+    tt-xla's own default is off: pjrt_implementation/inc/api/compile_options.h)."""
     from shard_opt.weights import TT_XLA_NAMES
 
     formats = plan.get("weight_formats")
-    if not formats:
-        return []
-    lines = [f"# Matmul weights stored as block floats on the device (shard-opt --weight-dtype "
-             f"{plan.get('weight_dtype', '')}); the model must be bfloat16."]
-    if formats["default"] != "bf16":
-        lines.append(f'torch_xla.set_custom_compile_options({{"experimental_weight_dtype": '
-                     f'"{TT_XLA_NAMES[formats["default"]]}"}})')
-    overrides = _weight_overrides(plan)
+    options = {}
+    lines = []
+    if formats:
+        lines.append(f"# Matmul weights stored as block floats on the device (shard-opt --weight-dtype "
+                     f"{plan.get('weight_dtype', '')}); the model must be bfloat16.")
+        if formats["default"] != "bf16":
+            options["experimental_weight_dtype"] = TT_XLA_NAMES[formats["default"]]
+    if _traced(plan):
+        lines.append("# Traced execution: the plan was priced with traced op-to-op gaps (shard-opt's cost model "
+                     "default); tt-xla traces only when every non-consteval op runs on device.")
+        options["enable_trace"] = "true"
+    if options:
+        lines.append("torch_xla.set_custom_compile_options({"
+                     + ", ".join(f'"{k}": "{v}"' for k, v in options.items()) + "})")
+    overrides = _weight_overrides(plan) if formats else {}
     if overrides:
         lines.append("SHARD_OPT_WEIGHT_DTYPES = {")
         lines += [f'    "{k}": "{TT_XLA_NAMES[v]}",' for k, v in overrides.items()]
         lines.append("}")
     return lines
+
+
+def _traced(plan: dict) -> bool:
+    """The plan's cost model priced traced dispatch (``tenstorrent*``, unless
+    ``dispatch=untraced`` / ``none`` was asked for)."""
+    name = str(plan.get("cost_model") or "")
+    return name.startswith("tenstorrent") and "dispatch=" not in name or "dispatch=traced" in name
 
 
 def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool) -> str:
