@@ -88,3 +88,14 @@ def test_bad_specs_are_one_line_errors(run_cli, tmp_path):
     py.write_text("def load_shard_spec(model):\n    return {}\n")
     code, _, err = run_cli(MLP, "--mesh", "1x8", "--spec", py, "--evaluate")
     assert code == 1 and "Python spec needs the PyTorch model" in err
+
+
+def test_a_spec_entry_that_does_nothing_is_a_warning(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text('{"fc1.weight": ["model"], "no.such.weight": [null, "model"]}')
+    code, _, err = run_cli(MLP, "--mesh", "1x8", "--spec", spec, "-o",
+                           tmp_path / "out.mlir")
+    assert code == 0, err
+    (line,) = [ln for ln in err.splitlines() if "WARNING" in ln]
+    assert "2 shard-spec entries matched nothing" in line
+    assert "fc1.weight (a spec of 1 dims for a 2-dim tensor)" in line and "no.such.weight" in line

@@ -112,6 +112,7 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
             seeds.append(assignment_of(groups, autoshard))
         user = loader_spec(model, mesh)
         if user is not None:
+            _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
             baselines["loader-spec"] = _loader_baseline(model, scorer, user)
             seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
@@ -460,6 +461,18 @@ def _label(groups, a, plan, megatron) -> str:
         return "megatron"
     diff = [f"{g.role}: {g.describe(o)}" for g, o, p in zip(groups, a, plan) if o != p]
     return "; ".join(diff[:3]) + (f"; +{len(diff) - 3} more" if len(diff) > 3 else "")
+
+
+def _warn_spec(user: LoaderSpec, stream) -> None:
+    """A spec entry that does nothing is said on stderr (the plan JSON and the report list them too)."""
+    if user.unmatched:
+        shown = "; ".join(user.unmatched[:5]) + (f"; +{len(user.unmatched) - 5} more" if len(user.unmatched) > 5 else "")
+        stream.write(f"shard-opt: WARNING: {user.where}: {len(user.unmatched)} shard-spec "
+                     f"entr{'ies' if len(user.unmatched) != 1 else 'y'} matched nothing and did nothing: {shown}\n")
+    if user.not_dividing:
+        shown = "; ".join(f"{d['name']} dim {d['dim']} ({d['size']}) on {'+'.join(d['axes'])}" for d in user.not_dividing[:5])
+        stream.write(f"shard-opt: WARNING: {user.where}: {len(user.not_dividing)} split(s) do not divide their dim and "
+                     f"were priced replicated (as tt-xla's safe_mark_sharding does): {shown}\n")
 
 
 def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec) -> dict:
