@@ -23,7 +23,8 @@ DTYPES = ("bf16", "f32", "f16")
 
 
 def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
-         phase: str = "prefill", dtype: str = "bf16", spec: str | None = None) -> LoweredModel:
+         phase: str = "prefill", dtype: str = "bf16", spec: str | None = None,
+         background: bool = False) -> LoweredModel:
     """Lower INPUT to a ``LoweredModel``.
 
     Args:
@@ -35,6 +36,9 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
       dtype: ``bf16`` (default), ``f32`` or ``f16`` for parameters and activations.
       spec: a ``--spec`` file: the user's shard spec (``frontends/shard_spec.py``), kept
         in ``meta["shard_spec"]`` like a loader's own ``load_shard_spec``.
+      background: a zoo model missing from the cache is lowered in a child process while
+        this one lowers its 1- and 2-block copies, and a ``PendingModel`` stands in for it
+        (``zoo.lower_beside``; the CLI's choice).
 
     ``.mlir`` input is taken as written: ``layers`` and ``phase=decode`` are errors for it,
     ``batch``/``seq_len``/``dtype`` do not apply.
@@ -50,7 +54,8 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
     if input.startswith("zoo:"):
         from shard_opt.frontends.zoo import load_zoo
 
-        model = load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype)
+        model = load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+                         background=background)
         return _with_json_spec(model, spec)
     if os.path.isdir(input):
         raise UserError(f"{input}: is a directory; give a .py load script, a .mlir file, '-' (stdin) or zoo:NAME")
@@ -81,6 +86,10 @@ def _with_json_spec(model: LoweredModel, spec: str | None) -> LoweredModel:
     if spec is None:
         return model
     from shard_opt.frontends.shard_spec import load_spec_file
+    from shard_opt.lowered import PendingModel
+
+    if isinstance(model, PendingModel):  # the spec goes on the model itself: wait for it
+        model = model.resolve()
 
     model.meta["shard_spec"] = load_spec_file(spec)
     inner = model.with_layers

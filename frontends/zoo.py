@@ -19,11 +19,12 @@ modules all come from the cache (``frontends/cache.py``) never imports it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
 from shard_opt.errors import UserError
-from shard_opt.lowered import LoweredModel
+from shard_opt.lowered import LoweredModel, PendingModel, predict_arguments
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class ZooEntry:
     inputs: str  # "tokens", "image", "wan-dit", "wan-vae", "hidden"
     causal_lm: bool = False
     hidden: int = 0  # feature size for "hidden" inputs
+    repeated: bool = True  # has repeated blocks: the search also lowers 1- and 2-block copies
 
 
 def _on_meta(fn):
@@ -262,10 +264,10 @@ _ENTRIES = [
     ZooEntry("wan-vae", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "Wan 2.1 VAE decoder, one latent frame -> 480x832",
              _on_meta(_wan_vae), "wan-vae"),
     ZooEntry("mlp", "shard-opt", "2-layer MLP 1024 -> 4096 -> 1024 (the bundled example)", _on_meta(_mlp),
-             "hidden", hidden=1024),
+             "hidden", hidden=1024, repeated=False),
     ZooEntry("transformer-block", "shard-opt",
              "one Llama-style block, hidden 1024, 8 heads, MLP 4096 (the bundled example)", _on_meta(_block),
-             "hidden", hidden=1024),
+             "hidden", hidden=1024, repeated=False),
 ]
 ZOO = {e.name: e for e in _ENTRIES}
 
@@ -302,8 +304,14 @@ def _inputs(entry: ZooEntry, model, batch: int, seq_len: int):
 
 
 def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
-             phase: str = "prefill", dtype: str = "bf16", describe: bool = True) -> LoweredModel:
-    """Build ``zoo:NAME`` on the meta device and lower it (see the module docstring)."""
+             phase: str = "prefill", dtype: str = "bf16", describe: bool = True,
+             background: bool = False) -> LoweredModel | PendingModel:
+    """Build ``zoo:NAME`` on the meta device and lower it (see the module docstring).
+
+    ``background``: when the whole model is not in the cache, lower it in a child process
+    while this one lowers the 1- and 2-block copies the search scores, and return a
+    ``PendingModel`` standing in for it (``lower_beside``): the same model, in about the
+    time of the longer of the two, and the driver starts before it is done."""
     from shard_opt.frontends.cache import cached
 
     entry = get(name)
@@ -315,8 +323,6 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
                         f"(use --phase prefill)")
     parts = dict(name=name, layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
                  describe=describe)
-    lowered = cached(parts, lambda: _lower_zoo(entry, where, **parts))
-
     copies: dict[int, LoweredModel] = {}
 
     def with_layers(k: int) -> LoweredModel:
@@ -326,9 +332,111 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
                                  describe=describe)
         return copies[k]
 
-    if lowered.num_layers:  # the model has repeated blocks
-        lowered.with_layers = with_layers
+    def attach(model: LoweredModel) -> None:
+        if model.num_layers:  # the model has repeated blocks
+            model.with_layers = with_layers
+
+    def build() -> LoweredModel:
+        return cached(parts, lambda: _lower_zoo(entry, where, **parts))
+
+    if background and layers is None and entry.repeated:
+        pending = lower_beside(parts, with_layers, build, attach)
+        if pending is not None:
+            return pending
+        from shard_opt import parallel
+
+        parallel.start()  # a full-size search follows: the workers import jax while the cache is read
+    lowered = build()
+    attach(lowered)
     return lowered
+
+
+def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
+    """``load_zoo(**parts)`` lowered by a child process while ``short(1)`` and ``short(2)``
+    lower the 1- and 2-block copies here: a ``PendingModel`` whose provisional arguments
+    are predicted from the copies (``predict_arguments``), so the driver starts the work
+    that needs only them before the child is done. None when that cannot help (the model
+    is in the cache; one job only, ``SHARD_OPT_JOBS=1``). The child reads and writes the
+    same cache (none when it is off) and its cache statistics are added to this
+    process's; when it fails, ``build()`` lowers the model here (and reports any error).
+    ``attach(model)`` finishes the model either way (its ``with_layers``)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from shard_opt import parallel, timing
+    from shard_opt.frontends import cache
+
+    root = cache.cache_dir()
+    if parallel.jobs() <= 1 or (root and os.path.exists(cache.entry_path(parts, root))):
+        return None
+    env = dict(os.environ, **({} if root else {cache.ENV: "off"}))
+    env.pop(timing.ENV, None)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "from shard_opt.frontends.zoo import _lower_child; _lower_child()", repr(parts)],
+        stdout=subprocess.PIPE, env=env)
+    provisional = None
+    try:
+        copies = [short(1), short(2)]
+    except UserError:
+        copies = None  # no repeated blocks after all, or too few: only the child's model
+    except BaseException:
+        child.kill()
+        child.wait()
+        raise
+    if copies is not None:
+        arguments = predict_arguments(copies[0].arguments, copies[1].arguments,
+                                      copies[0].meta.get("total_layers") or 0)
+        if arguments is not None:
+            provisional = LoweredModel(copies[0].name, "", arguments, source="zoo",
+                                       num_layers=copies[0].meta.get("total_layers"))
+            attach(provisional)
+    parallel.start()  # the workers import jax while the child lowers
+
+    def finish() -> LoweredModel:
+        with timing.phase("lower"):
+            try:
+                data = child.stdout.read()
+                child.wait()
+            except BaseException:
+                child.kill()
+                child.wait()
+                raise
+            try:
+                status, model, stats = pickle.loads(data)
+            except Exception:  # noqa: BLE001 - a child that died says nothing readable
+                status = "died"
+            if status == "ok":
+                for key, n in stats.items():
+                    cache.stats[key] = cache.stats.get(key, 0) + n
+            else:
+                model = build()
+            attach(model)
+            return model
+
+    return PendingModel(provisional, finish)
+
+
+def _lower_child() -> None:
+    """The child of ``lower_beside``: lower ``sys.argv[1]``'s parts, pickle the result to
+    the original stdout (what the lowering prints goes to stderr)."""
+    import ast
+    import pickle
+    import sys
+
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from shard_opt.frontends import cache
+
+    try:
+        model = load_zoo(**ast.literal_eval(sys.argv[1]))
+        model.with_layers = None
+        payload = ("ok", model, dict(cache.stats))
+    except BaseException as e:  # noqa: BLE001 - the parent lowers it again and reports the error
+        payload = ("error", f"{type(e).__name__}: {e}", {})
+    pickle.dump(payload, out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.close()
 
 
 def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, batch: int, seq_len: int,

@@ -295,8 +295,9 @@ def _run_parsed(ns) -> int:
 
     cache.reset_stats()
     with timing.phase("lower"):
+        # background: a zoo model's copies for the search are lowered beside the model itself
         models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
-                                 dtype=ns.dtype, spec=ns.spec) for i in ns.inputs]
+                                 dtype=ns.dtype, spec=ns.spec, background=not ns.describe) for i in ns.inputs]
     if ns.emit_torch:  # before the search: fail fast
         _check_torch_source(models[0])
     if ns.describe:

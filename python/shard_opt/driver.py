@@ -21,7 +21,7 @@ from shard_opt.errors import UserError
 from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, shardings_by_role, shardings_for,
 )
-from shard_opt.lowered import LoweredModel
+from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
@@ -85,7 +85,19 @@ def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorShardin
     return ir.print_module(module)
 
 
-def optimize(model: LoweredModel, opts: Options) -> Outcome:
+def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
+    """The plan for ``model`` (see the module docstring). A ``PendingModel`` (a zoo model
+    still lowering in another process) is looked ahead of: the scorer, the structure and
+    the baselines need only its arguments, so they run on its provisional model; then the
+    real model is waited for (the safety limits read its module), and when its arguments
+    are not the ones predicted, everything starts again from it (the plan is the same
+    either way)."""
+    pending = model if isinstance(model, PendingModel) else None
+    if pending is not None:
+        ahead = pending.provisional
+        # only a model scored from its short copies can be looked ahead of (make_scorer)
+        layered = ahead is not None and ahead.with_layers is not None and (ahead.num_layers or 0) > 2
+        model = ahead if layered else pending.resolve()
     meshes = opts.meshes
     mesh = meshes[0]
     for m in meshes:
@@ -98,24 +110,32 @@ def optimize(model: LoweredModel, opts: Options) -> Outcome:
     scorer = make_scorer(model, mesh, system, cm, **setting)
     structure = structure_of(model)
     mega = megatron_shardings(model, mesh, structure=structure)
-    limit, removed = safety.limits(model, structure, opts.allow), {}
-    groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
-                         limit=limit, removed=removed)
-    seeds = [assignment_of(groups, mega)]
-    baselines = {}
+    baselines, autoshard, user = {}, None, None
     with timing.phase("baselines"):
         if opts.baselines:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
             # plan: whatever the search finds is at least as fast as both (when representable)
             baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
             baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
-            seeds.append(assignment_of(groups, autoshard))
         user = loader_spec(model, mesh)
         if user is not None:
             _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
             baselines["loader-spec"] = _loader_baseline(model, scorer, user)
-            seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
+    if pending is not None and model is not pending.resolve():
+        # what follows reads the module itself: the real model from here on
+        real = pending.resolve()
+        if not same_arguments(model, real) or real.meta.get("shard_spec") is not None:
+            return optimize(real, opts)  # the prediction was wrong: start from the model
+        model = real
+    limit, removed = safety.limits(model, structure, opts.allow), {}
+    groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
+                         limit=limit, removed=removed)
+    seeds = [assignment_of(groups, mega)]
+    if autoshard is not None:
+        seeds.append(assignment_of(groups, autoshard))
+    if user is not None:
+        seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
     with timing.phase("search"):
         t0 = time.monotonic()
         sites = site_groups(model.text, meshes, set(opts.parallelism), model.arguments)

@@ -148,3 +148,86 @@ class LoweredModel:
     with_layers: Callable[[int], "LoweredModel"] | None = None
     architecture: dict | None = None
     meta: dict = field(default_factory=dict)
+
+
+class PendingModel:
+    """A model another process is still lowering, standing in for it.
+
+    Reading any attribute waits for the real ``LoweredModel`` (``resolve()``) and gives its
+    value, so every consumer may treat this as the model. The driver alone looks ahead:
+    ``provisional`` is the model as far as it is known before the lowering ends (its
+    arguments predicted from its short copies, ``predict_arguments``; no text), enough to
+    start the work that needs only the arguments; after ``resolve()`` the driver checks
+    that the prediction held (``same_arguments``) or starts again from the real model.
+    """
+
+    def __init__(self, provisional: "LoweredModel | None", finish: Callable[[], "LoweredModel"]):
+        object.__setattr__(self, "_provisional", provisional)
+        object.__setattr__(self, "_finish", finish)
+        object.__setattr__(self, "_real", None)
+
+    @property
+    def provisional(self) -> "LoweredModel | None":
+        return self._provisional
+
+    def resolve(self) -> "LoweredModel":
+        if self._real is None:
+            object.__setattr__(self, "_real", self._finish())
+        return self._real
+
+    def __getattr__(self, name):  # only names this class does not define
+        return getattr(self.resolve(), name)
+
+    def __setattr__(self, name, value):
+        setattr(self.resolve(), name, value)
+
+
+def same_arguments(a: "LoweredModel", b: "LoweredModel") -> bool:
+    """What a provisional model stood for is what ``b`` is: same name, layers and arguments."""
+    return a.name == b.name and a.num_layers == b.num_layers and list(a.arguments) == list(b.arguments)
+
+
+def predict_arguments(short1: list[Argument], short2: list[Argument], layers: int) -> list[Argument] | None:
+    """The arguments of the ``layers``-block model, from its 1- and 2-block copies'.
+
+    The 2-block list is the 1-block list with the second block's arguments inserted right
+    after the first block's, each named as its first-block twin with one number 0 -> 1
+    (``model.layers.0.mlp.up_proj.weight`` / ``model.layers.1...``). The whole model repeats
+    the second block for blocks 1 .. layers-1, that number counting up. None when the lists
+    do not have that shape (the caller then waits for the real arguments).
+    """
+    n1, n2 = len(short1), len(short2)
+    b = n2 - n1
+    if b <= 0 or layers < 2:
+        return None
+
+    def same(x: Argument, y: Argument) -> bool:
+        return (x.name, x.kind, x.shape, x.dtype, x.module_class, x.repeat) == \
+            (y.name, y.kind, y.shape, y.dtype, y.module_class, y.repeat)
+
+    p = 0
+    while p < n1 and same(short1[p], short2[p]):
+        p += 1
+    if p < b or not all(same(short1[i], short2[i + b]) for i in range(p, n1)):
+        return None
+    namers = []
+    for x, y in zip(short1[p - b:p], short2[p:p + b]):
+        if (x.kind, x.shape, x.dtype, x.module_class) != (y.kind, y.shape, y.dtype, y.module_class) or \
+                x.repeat is not None or y.repeat is not None:
+            return None
+        tx, ty = re.split(r"(\d+)", x.name), re.split(r"(\d+)", y.name)
+        diff = [i for i, (u, v) in enumerate(zip(tx, ty)) if u != v]
+        if len(tx) != len(ty) or len(diff) != 1 or (tx[diff[0]], ty[diff[0]]) != ("0", "1"):
+            return None
+        namers.append((ty, diff[0]))
+    if len({d for _, d in namers}) != 1:
+        return None
+
+    def named(y: Argument, tokens: list[str], at: int, k: int) -> Argument:
+        return Argument(0, "".join(tokens[:at] + [str(k)] + tokens[at + 1:]), y.kind, y.shape, y.dtype,
+                        y.module_class, y.repeat)
+
+    middle = [named(y, tokens, at, k) for k in range(1, layers)
+              for y, (tokens, at) in zip(short2[p:p + b], namers)]
+    out = list(short1[:p]) + middle + list(short1[p:])
+    return [Argument(i, a.name, a.kind, a.shape, a.dtype, a.module_class, a.repeat) for i, a in enumerate(out)]
