@@ -90,17 +90,20 @@ class ShardyPropagate(ModulePass):
         if self.pipeline not in PIPELINES:
             raise UserError(f"shardy-propagate: unknown pipeline {self.pipeline!r}; use one of "
                             f"{', '.join(PIPELINES)}")
-        insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims)
+        # one walk finds the ops to guard and tells whether any call is left to inline
+        found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call",))
+        insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims,
+                      ops=[op for op in found if op.name != "func.call"])
         propagate, export = PIPELINES[self.pipeline]
-        if self.pipeline == "tt-mlir":
+        if self.pipeline == "tt-mlir" and any(op.name == "func.call" for op in found):
             inline_calls(module)
         if not self.explicit_collectives:
             export = () if self.pipeline == "tt-mlir" else ("sdy-export-pipeline",)
         ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, *export)) + ")", name=self.name,
                         verify=self.verify)
         if self.pipeline == "tt-mlir" and self.explicit_collectives:
-            merge_identical_collectives(module)
-            erase_dead_collectives(module)
+            _, left = _merge_identical(module)
+            _erase_dead(left)
 
 
 # pipeline -> (propagation passes, passes that make the collectives explicit)
@@ -126,7 +129,13 @@ def merge_identical_collectives(module) -> int:
     """Merge collectives that are the same op, with the same attributes, on the same value
     in the same block (what TTIR's ``cse`` does to the Pure TTIR CCLs); returns how many
     went. The first one dominates the others: ops of one block run in order."""
+    return _merge_identical(module)[0]
+
+
+def _merge_identical(module) -> tuple[int, list]:
+    """``merge_identical_collectives``: (how many went, the collectives left, in pre-order)."""
     merged = 0
+    left = []
     with module.context:
         # every collective by its block, blocks in the order a pre-order walk reaches their
         # parent op (an outer block before the blocks nested in it), ops in block order
@@ -135,19 +144,22 @@ def merge_identical_collectives(module) -> int:
         for op in ir.ops_in(module.operation):
             order.setdefault(op, len(order))
             if op.name in COLLECTIVE_OPS:
+                left.append(op)
                 parent = op.parent
                 blocks.setdefault(op.block, (order.get(parent, -1), len(blocks), []))[2].append(op)
+        gone = set()
         for _, _, ops in sorted(blocks.values(), key=lambda b: b[:2]):
             first = {}
             for child in ops:
                 key = (child.name, child.operands[0], _attr_text(child))
                 if key in first:
                     child.results[0].replace_all_uses_with(first[key].results[0])
+                    gone.add(id(child))  # ids: an erased op is not to be hashed or compared
                     child.erase()
                     merged += 1
                 else:
                     first[key] = child
-    return merged
+    return merged, [op for op in left if id(op) not in gone]
 
 
 def _attr_text(op) -> str:
@@ -160,25 +172,29 @@ def erase_dead_collectives(module) -> int:
     a canonicalization can leave, say, the all_reduce of an argmax's unused max value),
     until none is left (erasing one can leave its operand's collective unused); returns
     how many went."""
-    erased = 0
     with module.context:
-        alive = ir.ops_in(module.operation, COLLECTIVE_OPS)
-        changed = True
-        while changed:
-            changed = False
-            keep = []
-            for op in alive:
-                if not any(True for _ in op.results[0].uses):
-                    op.erase()
-                    erased += 1
-                    changed = True
-                else:
-                    keep.append(op)
-            alive = keep
+        return _erase_dead(ir.ops_in(module.operation, COLLECTIVE_OPS))
+
+
+def _erase_dead(alive: list) -> int:
+    """``erase_dead_collectives`` over the collectives ``alive`` (all of the module's)."""
+    erased = 0
+    changed = True
+    while changed:
+        changed = False
+        keep = []
+        for op in alive:
+            if not any(True for _ in op.results[0].uses):
+                op.erase()
+                erased += 1
+                changed = True
+            else:
+                keep.append(op)
+        alive = keep
     return erased
 
 
-def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -> None:
+def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, ops=None) -> None:
     """The constraints Shardy needs to make every data movement explicit (see the options),
     in one walk over the module. The driver also writes them into the annotated module it
     emits, so XLA and tt-mlir propagate from the same hints the plan was priced with.
@@ -192,7 +208,9 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True) -
         return
     mesh_name = mesh_name_of(module) or "mesh"
     with module.context:
-        for op in ir.ops_in(module.operation, (OPAQUE_OPS if opaque_ops else ()) + (MOVING_OPS if moved_dims else ())):
+        if ops is None:  # else the caller's walk found them (``ir.ops_in``, in pre-order)
+            ops = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS)
+        for op in ops:
             name = op.name
             if opaque_ops and name in OPAQUE_OPS and not _shardy_own(op):
                 for i, value in enumerate(list(op.operands)):
