@@ -132,15 +132,15 @@ def entry_path(parts: dict, root: str) -> str:
     return os.path.join(root, f"{parts.get('name', 'model')}-{_key(parts)}{SUFFIX}")
 
 
-def entries(root: str) -> list[tuple[float, int, str]]:
-    """(mtime, size, path) of every entry, oldest first."""
+def entries(root: str, suffix: str = SUFFIX) -> list[tuple[float, int, str]]:
+    """(mtime, size, path) of every entry (file ending in ``suffix``), oldest first."""
     out = []
     try:
         names = os.listdir(root)
     except OSError:
         return []
     for name in names:
-        if not name.endswith(SUFFIX):
+        if not name.endswith(suffix):
             continue
         path = os.path.join(root, name)
         try:
@@ -161,17 +161,23 @@ def usage(root: str | None = None) -> tuple[int, int]:
 
 def evict(root: str, limit: int | None = None) -> int:
     """Remove the least recently used entries until the directory holds at most ``limit``
-    bytes (and temporary files older than an hour). Returns how many entries went."""
+    bytes (and temporary files older than an hour). The evaluated candidates' facts
+    (``shard_opt.factcache``, in ``facts/``) count and go by the same rule. Returns how
+    many entries went."""
+    from shard_opt import factcache
+
     limit = max_bytes() if limit is None else limit
     now = time.time()
-    with contextlib.suppress(OSError):
-        for name in os.listdir(root):
-            if name.endswith(".tmp"):
-                path = os.path.join(root, name)
-                with contextlib.suppress(OSError):
-                    if now - os.stat(path).st_mtime > _STALE_TMP_SECONDS:
-                        os.unlink(path)
-    found = entries(root)
+    facts = os.path.join(root, factcache.SUBDIR)
+    for d in (root, facts):
+        with contextlib.suppress(OSError):
+            for name in os.listdir(d):
+                if name.endswith(".tmp"):
+                    path = os.path.join(d, name)
+                    with contextlib.suppress(OSError):
+                        if now - os.stat(path).st_mtime > _STALE_TMP_SECONDS:
+                            os.unlink(path)
+    found = sorted(entries(root) + entries(facts, factcache.SUFFIX))
     total = sum(size for _, size, _ in found)
     removed = 0
     for _, size, path in found:

@@ -182,8 +182,11 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     with timing.phase("final"):
         final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
     with timing.phase("analysis"):
-        return _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
-                        seconds, fallback, baselines, user, mega, limit, removed, final)
+        outcome = _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
+                           seconds, fallback, baselines, user, mega, limit, removed, final)
+    with timing.phase("persist"):
+        scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
+    return outcome
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,

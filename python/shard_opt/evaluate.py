@@ -185,7 +185,7 @@ class Evaluator:
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
                  result_shardings: dict | None = None, pipeline: str = "tt-mlir",
                  weights: WeightFormats | None = None, prepared: tuple[str, dict] | None = None,
-                 allow: frozenset[str] = frozenset()):
+                 allow: frozenset[str] = frozenset(), persist: bool = False):
         self.model = model
         self.mesh = mesh
         self.system = system
@@ -203,6 +203,24 @@ class Evaluator:
         self.weights = weights or WeightFormats()
         self.text, self.storage = prepared if prepared is not None else prepare(model, pipeline, self.weights)
         self._module = None  # parsed from self.text on first use (module())
+        # persist: the facts of earlier runs on this module (shard_opt.factcache) start the
+        # memo, and persist() writes the memo back
+        self.persist_facts = persist
+        self._stored, self._stored_seconds = 0, None
+        if persist:
+            from shard_opt import factcache
+
+            self.facts_memo, self._stored_seconds = factcache.load(self)
+            self._stored = len(self.facts_memo)
+
+    def persist(self) -> None:
+        """Keep the facts of this run's candidates for the next (when ``persist`` was asked
+        and there are new ones)."""
+        if self.persist_facts and len(self.facts_memo) > self._stored:
+            from shard_opt import factcache
+
+            factcache.save(self, self.facts_memo, self.seconds_each)
+            self._stored = len(self.facts_memo)
 
     def with_cost_model(self, cost_model) -> "Evaluator":
         view = copy.copy(self)
@@ -216,8 +234,10 @@ class Evaluator:
 
     @property
     def seconds_each(self) -> float | None:
+        """Mean seconds of one evaluation here; before any, what an earlier run's took
+        (stored with its facts), so budgets decide alike when the facts come from disk."""
         n = self.stats["evaluations"]
-        return self.stats["seconds"] / n if n else None
+        return self.stats["seconds"] / n if n else self._stored_seconds
 
     def module(self):
         """The prepared module, parsed once; each candidate runs on a copy (cloning is ten
@@ -386,6 +406,10 @@ class LayeredEvaluator:
 
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
         return self.e1.probe_many(groups, moves)
+
+    def persist(self) -> None:
+        self.e1.persist()
+        self.e2.persist()
 
     @property
     def seconds_each(self) -> float | None:

@@ -253,15 +253,17 @@ def _local_search(best, moves, groups, scorer, score, score_all, tick, screened:
 
 def make_scorer(model: LoweredModel, mesh: Mesh, system, cost_model, **setting):
     """An evaluator for ``model``: layered (1 + 2 layers) when the model can re-lower.
-    ``setting``: the ``Evaluator`` options (``pipeline``...)."""
+    ``setting``: the ``Evaluator`` options (``pipeline``...). A zoo model's evaluators start
+    from the facts earlier runs stored (``shard_opt.factcache``; the caller ``persist()``s)."""
     layers = model.num_layers or 0
+    persist = model.source == "zoo"  # what Shardy made of each candidate is kept (shard_opt.factcache)
     if model.with_layers is not None and layers > 2:
         return LayeredEvaluator(
-            Evaluator(model.with_layers(1), mesh, system, cost_model, **setting),
-            Evaluator(model.with_layers(2), mesh, system, cost_model, **setting),
+            Evaluator(model.with_layers(1), mesh, system, cost_model, persist=persist, **setting),
+            Evaluator(model.with_layers(2), mesh, system, cost_model, persist=persist, **setting),
             layers,
         )
-    return Evaluator(model, mesh, system, cost_model, **setting)
+    return Evaluator(model, mesh, system, cost_model, persist=persist, **setting)
 
 
 def conv_weight_indices(model: LoweredModel) -> set[int]:

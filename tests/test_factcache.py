@@ -1,0 +1,84 @@
+"""Evaluated candidates' facts kept on disk (shard_opt.factcache): a second run on the same
+zoo model and mesh propagates nothing and writes the same plan; another mesh, a change
+to the code or --no-cache misses; .mlir inputs never use it."""
+
+import json
+import os
+
+import pytest
+
+from shard_opt import evaluate, factcache
+from shard_opt.frontends import cache
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.mlir")
+
+
+@pytest.fixture
+def counted(tmp_path, monkeypatch):
+    """A private cache and a count of the Shardy runs of every evaluator."""
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    runs = []
+    real = evaluate.Evaluator.propagate
+
+    def propagate(self, *a, **k):
+        runs.append(self.model.name)
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(evaluate.Evaluator, "propagate", propagate)
+    monkeypatch.setenv("SHARD_OPT_JOBS", "1")  # every run in this process, where it is counted
+    return runs
+
+
+def _plan(path):
+    plan = json.loads(path.read_text())
+    del plan["search"]["seconds"]
+    return plan
+
+
+def test_second_run_propagates_nothing_and_plans_the_same(tmp_path, run_cli, counted):
+    args = ["zoo:mlp", "--mesh", "2x4", "-o", tmp_path / "o.mlir", "--quiet"]
+    assert run_cli(*args, "--plan-json", tmp_path / "a.json")[0] == 0
+    first = len(counted)
+    assert first > 10
+    (stored,) = os.listdir(tmp_path / "cache" / factcache.SUBDIR)
+    assert stored.startswith("mlp-") and stored.endswith(factcache.SUFFIX)
+    assert run_cli(*args, "--plan-json", tmp_path / "b.json")[0] == 0
+    assert len(counted) == first + 1  # the final evaluation on the whole model only
+    assert _plan(tmp_path / "a.json") == _plan(tmp_path / "b.json")
+    # another mesh: other facts
+    assert run_cli("zoo:mlp", "--mesh", "1x8", "-o", tmp_path / "o.mlir", "--quiet")[0] == 0
+    assert len(counted) > first + 2 and len(os.listdir(tmp_path / "cache" / factcache.SUBDIR)) == 2
+
+
+def test_a_change_to_the_code_misses(tmp_path, run_cli, counted, monkeypatch):
+    args = ["zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--quiet"]
+    assert run_cli(*args)[0] == 0
+    first = len(counted)
+    monkeypatch.setattr(factcache, "_code_digest", lambda: "another version of the analysis")
+    assert run_cli(*args)[0] == 0
+    assert len(counted) == 2 * first
+
+
+def test_no_cache_and_mlir_inputs_store_nothing(tmp_path, run_cli, counted):
+    assert run_cli("zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--no-cache")[0] == 0
+    assert run_cli(MLP, "--mesh", "1x2", "-o", tmp_path / "o.mlir")[0] == 0
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_damaged_file_is_no_facts(tmp_path, run_cli, counted):
+    args = ["zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--quiet"]
+    assert run_cli(*args)[0] == 0
+    first = len(counted)
+    (stored,) = os.listdir(tmp_path / "cache" / factcache.SUBDIR)
+    (tmp_path / "cache" / factcache.SUBDIR / stored).write_bytes(b"not a pickle")
+    assert run_cli(*args)[0] == 0
+    assert len(counted) == 2 * first
+
+
+def test_facts_files_are_evicted_with_the_lowering_entries(tmp_path, run_cli, counted):
+    assert run_cli("zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--quiet")[0] == 0
+    root = str(tmp_path / "cache")
+    assert cache.usage(root)[0] == 1  # the cache line counts lowering entries only
+    cache.evict(root, limit=0)
+    assert os.listdir(os.path.join(root, factcache.SUBDIR)) == [] and cache.usage(root) == (0, 0)
