@@ -5,9 +5,11 @@
     python benchmarks/bench_wall.py --models mlp@1x8,transformer-block@2x4 --timeout 120
 
 Each run is ``python -m shard_opt.cli zoo:MODEL --mesh MESH --plan-json TMP -o /dev/null
---quiet`` in its own process: *cold* with a fresh, empty lowering cache
-(``SHARD_OPT_CACHE`` = a new temporary directory), then *warm* with the same directory
-again. ``wall s`` is measured here, from spawning the process to its exit. The phases come
+--quiet`` in its own process: *cold* with a fresh, empty cache (``SHARD_OPT_CACHE`` = a
+new temporary directory), then *warm* with the same directory again (the lowered modules
+and the evaluated candidates' facts, ``shard_opt.factcache``, both reused: the same
+command run again), then *lowered* with the facts removed (the lowering cache alone: what
+a first run on another mesh, phase-independent, or after a change to the analysis pays). ``wall s`` is measured here, from spawning the process to its exit. The phases come
 from the run's own ``SHARD_OPT_TIMINGS`` file (``shard_opt.timing``), each phase's own
 seconds without the phases inside it: ``lower`` is every lowering (the 1- and 2-layer
 copies the search lowers too), ``baselines`` / ``search`` / ``final`` / ``analysis`` are
@@ -21,7 +23,7 @@ when the run wrote none). It is not ``wait4``'s ``ru_maxrss``: Linux carries a f
 parent's RSS into the child's maxrss (see ``bench_search.run_measured``). Worker processes
 the run starts are not included.
 
-``same plan`` compares the warm run's plan JSON with the cold run's, with
+``same plan`` compares the warm and lowered runs' plan JSON with the cold run's, with
 ``search.seconds`` removed (the one field that may differ): a cache hit must not change
 the plan. With ``--runs N`` every figure is the median of N cold/warm pairs, and the
 wall column shows the range.
@@ -44,7 +46,7 @@ DEFAULT = ["llama-3-8b@2x4", "llama-3-70b@8x4", "wan-vae@2x4"]
 # (model, mesh, cold or warm) -> the issue's target wall seconds ("The whole run in seconds")
 TARGETS = {("llama-3-8b", "2x4", "cold"): 20.0, ("llama-3-8b", "2x4", "warm"): 8.0,
            ("llama-3-70b", "8x4", "cold"): 40.0, ("wan-vae", "2x4", "cold"): 30.0}
-PHASES = ["import", "lower", "baselines", "search", "final", "analysis", "opt rest", "emit", "other"]
+PHASES = ["import", "lower", "baselines", "search", "final", "analysis", "persist", "opt rest", "emit", "other"]
 FINER = ("baselines", "search", "final", "analysis")
 
 
@@ -103,7 +105,8 @@ def one_run(model: str, mesh: str, cache_dir: str, timeout: float) -> dict:
         except (OSError, json.JSONDecodeError):
             timings = {}
     own = dict(timings.get("self") or {})
-    phases = {k: own.get(k) for k in ("import", "lower", "baselines", "search", "final", "analysis", "emit")}
+    phases = {k: own.get(k) for k in ("import", "lower", "baselines", "search", "final", "analysis", "persist",
+                                      "emit")}
     phases["opt rest"] = own.get("optimize")
     phases["other"] = res["wall"] - sum(v for v in own.values() if v)
     rss = timings.get("vm_hwm_mb") or res["polled_mb"] or timings.get("peak_rss_mb")
@@ -136,20 +139,25 @@ def median(values):
 
 
 def bench(model: str, mesh: str, runs: int, timeout: float) -> list[dict]:
-    """[cold row, warm row] for one model and mesh, each the median of ``runs`` runs."""
-    samples = {"cold": [], "warm": []}
+    """[cold, warm, lowered rows] for one model and mesh, each the median of ``runs`` runs."""
+    samples = {"cold": [], "warm": [], "lowered": []}
     same = []
     for _ in range(runs):
         d = tempfile.mkdtemp(prefix="shard-opt-bench-cache-")
         try:
             cold = one_run(model, mesh, d, timeout)
-            warm = one_run(model, mesh, d, timeout) if "error" not in cold else {"error": "cold run failed"}
+            failed = {"error": "cold run failed"}
+            warm = one_run(model, mesh, d, timeout) if "error" not in cold else failed
+            shutil.rmtree(os.path.join(d, "facts"), ignore_errors=True)  # the lowering cache alone
+            lowered = one_run(model, mesh, d, timeout) if "error" not in cold else failed
         finally:
             shutil.rmtree(d, ignore_errors=True)
         samples["cold"].append(cold)
         samples["warm"].append(warm)
-        if "error" not in cold and "error" not in warm:
-            same.append(plan_difference(cold["plan"], warm["plan"]))
+        samples["lowered"].append(lowered)
+        for other in (warm, lowered):
+            if "error" not in cold and "error" not in other:
+                same.append(plan_difference(cold["plan"], other["plan"]))
     rows = []
     for kind, got in samples.items():
         ok = [r for r in got if "error" not in r]
