@@ -78,12 +78,23 @@ def meshes_of(module) -> dict[str, Mesh]:
 
 
 def _per_value(op) -> list[TensorSharding] | None:
-    attrs = op.attributes
+    return _per_value_of(op.attributes)
+
+
+def _per_value_of(attrs) -> list[TensorSharding] | None:
+    """The shardings an op's attributes give its results, or None."""
     if "sdy.sharding" in attrs:
-        return _per_value_text(str(attrs["sdy.sharding"]))
+        return _per_value_attr(attrs["sdy.sharding"])
     if "out_sharding" in attrs:
         return [TensorSharding.parse(str(attrs["out_sharding"]))]
     return None
+
+
+@functools.lru_cache(maxsize=65536)
+def _per_value_attr(attr) -> list[TensorSharding]:
+    """``_per_value_text`` keyed by the attribute itself (MLIR uniques attributes: equal ones
+    are one object to compare, and a hash is cheaper than printing it)."""
+    return _per_value_text(str(attr))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -211,7 +222,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         operand shardings, origins and weight-ness."""
         for op in _walk(body):
             yield op
-            if op.operation.name != "func.call" or depth > 16:
+            if op.name != "func.call" or depth > 16:
                 continue
             callee = functions.get(op.attributes["callee"].value)
             if callee is None or not callee.regions[0].blocks:
@@ -244,9 +255,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.exits[operand] = nbytes(operand)
 
     for index, op in enumerate(program(func)):
-        name = op.operation.name
+        name = op.name  # an Operation (_walk): no OpView to build
         operands, results = list(op.operands), list(op.results)  # each access is a binding call
-        shardings = _per_value(op)
+        attrs = op.attributes
+        shardings = _per_value_of(attrs)
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
@@ -291,8 +303,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         ins = [local_of(o) for o in operands]
         outs = [local_of(r) for r in results]
-        flops = _flops(op, ins, outs)
-        label = _fused_label(op)
+        flops = _flops(op, ins, outs, name)
+        label = attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
         if label is not None:
             g = groups.get(label)
             if g is None:
@@ -308,7 +320,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                         g.fidelity = g.fidelity or stored.get(src.get(o, o))
                         if o in origin:
                             g.weights.append(origin[o])
-            owner_of[op.operation] = (g, None)
+            owner_of[op] = (g, None)
             for r in results:
                 group_of[r] = g
             if outs:
@@ -316,7 +328,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         for o in operands:
             reads_group_value(o, None)
-        owner_of[op.operation] = (None, next((origin[o] for o in operands if o in weight_values and o in origin),
+        owner_of[op] = (None, next((origin[o] for o in operands if o in weight_values and o in origin),
                                              None))
         bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
                                                cache_values)
@@ -545,11 +557,12 @@ def _propagate_origin(operands: list, results: list, origin: dict, weight_values
 def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) -> Collective:
     kind = SDY_COLLECTIVES[op.operation.name]
     operand = op.operands[0]
+    result = op.results[0]
     in_local, dtype = local_of(operand)
-    out_local, _ = local_of(op.results[0])
-    gshape, _ = ir.tensor_type(op.results[0].type)
+    out_local, _ = local_of(result)
+    gshape, _ = ir.tensor_type(result.type)
     in_s = shard.get(operand)
-    out_s = shard.get(op.results[0])
+    out_s = shard.get(result)
     if kind == "collective_permute":
         ins = in_s.axis_names() if in_s else []
         outs = out_s.axis_names() if out_s else []
@@ -557,17 +570,20 @@ def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) 
                       {a for d in ins for a in d})
         refs = [AxisRef(a) for a in axes]
     else:  # the axes the op's own attributes name (sub-axes keep their size)
+        attrs = op.operation.attributes
+        named = [attrs[i] for i in range(len(attrs))]
         refs = list(dict.fromkeys(
-            r for k in _attr_names(op) if k != "out_sharding" and not k.startswith("shard_opt.")
-            for r in parse_axis_refs(str(op.attributes[k]))
+            r for na in named if na.name != "out_sharding" and not na.name.startswith("shard_opt.")
+            for r in _axis_refs(na.attr)
         ))
         axes = list(dict.fromkeys(r.name for r in refs))
     m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
     group = math.prod(r.length(m) for r in refs if r.name in m.axes)
-    producer = operand.owner.name if hasattr(operand.owner, "name") and not _is_block(operand.owner) else "argument"
-    consumers = sorted({u.owner.name for u in op.results[0].uses}) if hasattr(op.results[0], "uses") else []
+    owner = operand.owner
+    producer = owner.name if hasattr(owner, "name") and not _is_block(owner) else "argument"
+    consumers = sorted({u.owner.name for u in result.uses}) if hasattr(result, "uses") else []
     consumer = consumers[0] if consumers else "the consumer"
-    loc = str(operand.owner.location) if producer != "argument" else ""
+    loc = str(owner.location) if producer != "argument" else ""
     reason = _REASONS[kind].format(producer=producer, consumer=consumer, axes="/".join(axes) or "?")
     return Collective(
         kind=kind, axes=tuple(axes), global_shape=tuple(gshape), dtype=dtype,
@@ -575,6 +591,12 @@ def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) 
         bytes_per_device=math.prod(in_local) * dtype_bytes(dtype), group_size=group,
         op_index=index, loc=loc, producer=producer, reason=reason, origin_arg=origin_arg,
     )
+
+
+@functools.lru_cache(maxsize=8192)
+def _axis_refs(attr) -> tuple[AxisRef, ...]:
+    """``parse_axis_refs`` of an attribute's text, once per (uniqued) attribute."""
+    return tuple(parse_axis_refs(str(attr)))
 
 
 def _is_block(owner) -> bool:
@@ -586,13 +608,23 @@ def _attr_names(op) -> list[str]:
     return [attrs[i].name for i in range(len(attrs))]
 
 
+@functools.lru_cache(maxsize=4096)
+def _dims_of(text: str, key: str) -> tuple[int, ...]:
+    return tuple(_dims_uncached(text, key))
+
+
 def _dims(text: str, key: str) -> list[int]:
+    """The integers of ``key = [...]`` in ``text`` (an attribute's text), [] if absent."""
+    return list(_dims_of(text, key))
+
+
+def _dims_uncached(text: str, key: str) -> list[int]:
     m = re.search(key + r"\s*=\s*\[([\d,\s]*)\]", text)
     return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
 
 
-def _flops(op, ins, outs) -> int:
-    name = op.operation.name
+def _flops(op, ins, outs, name: str | None = None) -> int:
+    name = name or op.operation.name
     out_elems = math.prod(outs[0][0]) if outs else 0
     if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS and len(ins) >= 3:
         # q [B, Hq, Sq, D] . k [B, Hkv, Sk, D]: scores then probabilities x values
