@@ -25,6 +25,8 @@ Kinds, each with the pattern that finds it in the graph (not a list of names):
 - ``norm``: the ops from a norm's input to its scaled output around one ``rsqrt``:
   RMSNorm (TTIR ``RMSNormFusionPattern``) and LayerNorm (tt-xla's
   ``tenstorrent.layer_norm`` composite -> ``ttir.layer_norm``).
+- ``rope``: a rotary embedding, ``x * cos + concat(-x2, x1) * sin`` (TTIR
+  ``RoPERotateHalfFusingPattern``: ``ttnn.rotary_embedding``).
 - ``activation``: an elementwise function of one tensor built around ``tanh``, ``erf``
   or ``logistic`` (GELU, SiLU, Mish, sigmoid: TTIR ``GeluFusionPattern``,
   ``SiluFusionPattern``, ``MishFusingPattern``).
@@ -55,7 +57,7 @@ _PASS_THROUGH = ("stablehlo.convert", "stablehlo.reshape", "stablehlo.transpose"
 @dataclass(frozen=True)
 class MarkFusions(ModulePass):
     name = "mark-fusions"
-    summary = "Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, activations, linear)"
+    summary = "Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, RoPE, activations, linear)"
 
     def apply(self, ctx: PassContext, module) -> None:
         mark_fusions(module, [a.kind for a in ctx.arguments] if ctx.arguments else None)
@@ -104,6 +106,9 @@ def find_groups(g: Graph) -> list[tuple[str, set[int]]]:
     for node in g.nodes:
         if node.name == "stablehlo.rsqrt" and node.index not in owner:
             claim("norm", _norm(g, node))
+    for node in g.nodes:
+        if node.name == "stablehlo.add" and node.index not in owner:
+            claim("rope", _rope(g, node))
     # linear / conv: the op, its bias add, then an activation on the result
     for node in g.nodes:
         if node.name in ("stablehlo.dot_general", "stablehlo.convolution") and node.index not in owner:
@@ -119,6 +124,45 @@ def find_groups(g: Graph) -> list[tuple[str, set[int]]]:
             found = _activation(g, node, owner)
             claim("activation", found[0] if found else None)
     return groups
+
+
+def _rope(g: Graph, add: Node) -> set[int] | None:
+    """The ops of one rotary embedding ending at ``add``, or None: ``x * cos +
+    rotate_half(x) * sin`` with ``rotate_half(x) = concat(-x[..., h:], x[..., :h])``, as
+    HF's Llama writes it (TTIR ``RoPERotateHalfFusingPattern``, tt-mlir
+    ``lib/Dialect/TTIR/Transforms/Fusing/RoPEFusingPattern.cpp``: one
+    ``ttnn.rotary_embedding``). The cos / sin tables are inputs of the group."""
+    if len(add.operands) != 2:
+        return None
+    muls = [g.producer(g.source(v, through=("stablehlo.convert",))) for v in add.operands]
+    if any(m is None or m.name != "stablehlo.multiply" for m in muls):
+        return None
+    for plain, rotated in (muls, muls[::-1]):
+        for xi in range(2):
+            x = g.source(plain.operands[xi], through=("stablehlo.convert",))
+            for ri in range(2):
+                found = _rotate_half(g, rotated.operands[ri], x)
+                if found is not None:
+                    members = {add.index, plain.index, rotated.index} | found
+                    return members if _closed(g, members, set(add.results)) else None
+    return None
+
+
+def _rotate_half(g: Graph, v: int, x: int) -> set[int] | None:
+    """The nodes of ``concat(-x[..., h:], x[..., :h])`` (last dim) producing ``v``, or None."""
+    cat = g.producer(g.source(v, through=("stablehlo.convert",)))
+    if cat is None or cat.name != "stablehlo.concatenate" or len(cat.operands) != 2:
+        return None
+    neg = g.producer(cat.operands[0])
+    if neg is None or neg.name != "stablehlo.negate":
+        return None
+    hi, lo = g.producer(neg.operands[0]), g.producer(cat.operands[1])
+    if any(n is None or n.name != "stablehlo.slice" for n in (hi, lo)):
+        return None
+    if g.source(hi.operands[0], through=("stablehlo.convert",)) != x or \
+            g.source(lo.operands[0], through=("stablehlo.convert",)) != x:
+        return None
+    return {cat.index, neg.index, hi.index, lo.index}
 
 
 # ---- helpers ------------------------------------------------------------------------

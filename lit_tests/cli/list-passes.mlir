@@ -11,7 +11,7 @@
 // CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
 // CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
-// CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel
+// CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, RoPE, activations, linear)
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
 // CHECK-NEXT: {{^  }}unfold-batch-matmul {{ +}}One dot_general per batched matmul, every batch dim kept (undo torch-mlir's reshape folding)
 // CHECK-NOT: {{.}}

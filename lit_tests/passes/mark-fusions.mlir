@@ -113,3 +113,31 @@ module {
     return %g : tensor<8x32xf32>
   }
 }
+
+// -----
+
+// A rotary embedding as HF's Llama writes it, x * cos + rotate_half(x) * sin with
+// rotate_half(x) = concat(-x[..., 4:], x[..., :4]): one group (TTIR's
+// RoPERotateHalfFusingPattern makes it ttnn.rotary_embedding); the cos / sin
+// broadcasts are its inputs.
+// CHECK-LABEL: func.func @rope
+// CHECK: stablehlo.broadcast_in_dim %arg1, dims = [0, 1, 2, 3] : (tensor<1x1x1x8xf32>) -> tensor<2x4x1x8xf32>{{$}}
+// CHECK: stablehlo.multiply %arg0, %{{.*}}shard_opt.fused = "rope:0"
+// CHECK-COUNT-4: shard_opt.fused = "rope:0"
+// CHECK: stablehlo.broadcast_in_dim %arg2, dims = [0, 1, 2, 3] : (tensor<1x1x1x8xf32>) -> tensor<2x4x1x8xf32>{{$}}
+// CHECK: stablehlo.multiply {{.*}}shard_opt.fused = "rope:0"
+// CHECK-NEXT: stablehlo.add {{.*}}shard_opt.fused = "rope:0"
+module {
+  func.func @rope(%x: tensor<2x4x1x8xf32>, %cos: tensor<1x1x1x8xf32>, %sin: tensor<1x1x1x8xf32>) -> tensor<2x4x1x8xf32> {
+    %cb = stablehlo.broadcast_in_dim %cos, dims = [0, 1, 2, 3] : (tensor<1x1x1x8xf32>) -> tensor<2x4x1x8xf32>
+    %a = stablehlo.multiply %x, %cb : tensor<2x4x1x8xf32>
+    %lo = stablehlo.slice %x [0:2, 0:4, 0:1, 0:4] : (tensor<2x4x1x8xf32>) -> tensor<2x4x1x4xf32>
+    %hi = stablehlo.slice %x [0:2, 0:4, 0:1, 4:8] : (tensor<2x4x1x8xf32>) -> tensor<2x4x1x4xf32>
+    %n = stablehlo.negate %hi : tensor<2x4x1x4xf32>
+    %r = stablehlo.concatenate %n, %lo, dim = 3 : (tensor<2x4x1x4xf32>, tensor<2x4x1x4xf32>) -> tensor<2x4x1x8xf32>
+    %sb = stablehlo.broadcast_in_dim %sin, dims = [0, 1, 2, 3] : (tensor<1x1x1x8xf32>) -> tensor<2x4x1x8xf32>
+    %b = stablehlo.multiply %r, %sb : tensor<2x4x1x8xf32>
+    %o = stablehlo.add %a, %b : tensor<2x4x1x8xf32>
+    return %o : tensor<2x4x1x8xf32>
+  }
+}
