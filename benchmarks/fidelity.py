@@ -424,10 +424,6 @@ def _fit_rows(report: Report, points, wiring, source: str, label: str) -> None:
 
 # Where the fitted model (one startup + one large-size rate per kind and topology) misses
 # its own points, and why (the SUMMARY tables' linkbw / line-rate columns).
-WHY_WH_N2 = ("the fit divides the bytes by the rate reached \"at the largest device count\" (N=4: 11.8, 11.1, "
-             "10.9 GB/s for all_gather, reduce_scatter, all_reduce); a line of 2 plateaus at 6.36, 8.92, 7.42 "
-             "GB/s (SUMMARY's n=2 rows), so N=2 transfers above ~64 KiB price too fast. Per-N rates fix it "
-             "(not applied here: it changes the 2x4 MLP plan the README and a lit test pin)")
 WHY_WH_RING = ("up to 512 KiB per device the 8-ring reduce_scatter runs a one-shot algorithm (~2.3x the bytes, "
                "CCL_bandwidth.md), and the ring all_reduce bends with it: the measured curves are not monotonic "
                "(reduce_scatter 512 KiB 102.8 us > 1 MiB 80.9 us; all_reduce 512 KiB 151.5 us = 1 MiB 150.7 us), "
@@ -442,8 +438,6 @@ WHY_BH = ("Blackhole has no published fit: its startup is Wormhole's x 0.686 and
 
 def fit_why(label: str, kind: str, topology: str, n: int, t: int) -> str | None:
     if label == "LoudBox":
-        if n == 2 and t >= 64 * K:
-            return WHY_WH_N2
         if topology == "ring" and kind in ("reduce_scatter", "all_reduce") and 128 * K <= t <= K * K:
             return WHY_WH_RING
         if kind == "all_to_all" and topology == "line" and n == 4 and t >= 512 * K:

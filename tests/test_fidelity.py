@@ -45,6 +45,16 @@ def test_per_op_rows_pass_or_say_why(per_op):
     assert "FAIL" not in out
 
 
+def test_two_chip_lines_are_priced_at_their_own_rate(per_op):
+    """A line of 2 plateaus below the 4-chip fit's rate (costmodel/wormhole.py
+    EFFICIENCY): priced at the N=4 rate, the large N=2 transfers came out up to 1.6x
+    too fast; at their own, every N=2 LoudBox point is inside."""
+    _, _, rows = per_op
+    two = [r for r in rows if r["name"].startswith("LoudBox") and "line N=2" in r["name"]]
+    assert len(two) == 40
+    assert all(0.75 <= r["ratio"] <= 1.25 for r in two), [(r["name"], r["ratio"]) for r in two]
+
+
 def test_json_schema(per_op):
     _, out, rows = per_op
     assert rows, out
