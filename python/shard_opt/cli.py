@@ -337,22 +337,30 @@ def _run_parsed(ns) -> int:
     if not ns.quiet:
         for o in outcomes:
             sys.stderr.write(summary_line(o.plan) + "\n")
-        line = cache_line()
+        line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
     return 0
 
 
-def cache_line() -> str | None:
-    """Where the lowering cache lives, when this run's lowering went through it."""
+_UNCACHED = {"mlir": "a .mlir input needs no lowering", "jax": "a JAX function is lowered every run",
+             "pytorch": "a load script is lowered every run"}
+
+
+def cache_line(sources: list[str] = ()) -> str | None:
+    """Where the lowering cache lives: what this run took from it, or, when the inputs
+    never go through it (.mlir, load scripts), why not and what it is for."""
     from shard_opt.frontends import cache
 
     root = cache.cache_dir()
-    if not root or not (cache.stats["hits"] or cache.stats["misses"]):
+    if not root:
         return None
-    n, size = cache.usage(root)
     home = os.path.expanduser("~")
     shown = "~" + root[len(home):] if home not in ("", "/") and (root + "/").startswith(home + "/") else root
+    if not (cache.stats["hits"] or cache.stats["misses"]):
+        why = next((_UNCACHED[s] for s in sources if s in _UNCACHED), None)
+        return f"shard-opt: cache: {shown} keeps zoo: lowerings (not used: {why})" if why else None
+    n, size = cache.usage(root)
     loads = cache.stats["hits"] + cache.stats["misses"]
     mb = size / 2**20
     return (f"shard-opt: cache: {shown} ({n} entr{'y' if n == 1 else 'ies'}, {mb:.{1 if mb < 10 else 0}f} MB; "
