@@ -262,7 +262,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
-                forget(r)
+                value_local.pop(r, None)  # forget(r), inline: once per op
+                value_bytes.pop(r, None)
         if name == "stablehlo.add":
             adds.append(op)
         _propagate_origin(operands, results, origin, weight_values)

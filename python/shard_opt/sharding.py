@@ -76,7 +76,11 @@ class Mesh:
         return math.prod(self.shape)
 
     def axis_size(self, axis: str) -> int:
-        return dict(zip(self.axes, self.shape))[axis]
+        # called per axis of every sharding a search prices: index the tuples, build no dict
+        try:
+            return self.shape[self.axes.index(axis)]
+        except ValueError:
+            raise KeyError(axis) from None
 
     def check_supported(self) -> None:
         """Raise a UserError unless tt-mlir accepts this mesh shape."""
@@ -135,6 +139,19 @@ class TensorSharding:
     mesh_name: str = "mesh"
     open_dims: frozenset[int] = frozenset()
 
+    def __hash__(self) -> int:
+        # memoized: pricing a candidate hashes the same few shardings a million times, and
+        # the generated hash walks every AxisRef in Python each time
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.dims, self.mesh_name, self.open_dims))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        # the memos (str hashes differ between processes) stay out of a pickle
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_body")}
+
     @staticmethod
     def of(dims, mesh_name: str = "mesh") -> "TensorSharding":
         """Build from plain lists of axis names, e.g. ``[["model"], []]``."""
@@ -190,6 +207,13 @@ class TensorSharding:
         return {a.name for d in self.dims for a in d}
 
     def body(self) -> str:
+        got = self.__dict__.get("_body")  # memoized: a search keys candidates by it
+        if got is None:
+            got = self._body_text()
+            object.__setattr__(self, "_body", got)
+        return got
+
+    def _body_text(self) -> str:
         parts = []
         for i, d in enumerate(self.dims):
             axes = [str(a) for a in d]
