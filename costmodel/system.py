@@ -103,6 +103,8 @@ class System:
       compute: the compute profiles (``generic``, ``tuned``) of the architecture.
       title: product name for ``describe``.
       sources: where the figures come from.
+      refused_meshes: mesh shapes tt-mlir accepts that this system must not run, with
+        the cited reason (the error names it).
     """
 
     name: str
@@ -118,6 +120,7 @@ class System:
     compute: dict[str, Compute] = field(default_factory=dict, hash=False, compare=False)
     title: str = ""
     sources: tuple[str, ...] = ()
+    refused_meshes: dict[tuple[int, ...], str] = field(default_factory=dict, hash=False, compare=False)
 
     # ---- description -------------------------------------------------------------------
 

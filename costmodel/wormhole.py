@@ -228,12 +228,18 @@ TUNED_COMPUTE = Compute(
 COMPUTE = {"generic": GENERIC_COMPUTE, "tuned": TUNED_COMPUTE}
 
 
-def _wormhole(name, title, chips, axis_links, sources) -> System:
+def _wormhole(name, title, chips, axis_links, sources, refused=None) -> System:
     return System(
         name=name, arch="wormhole", chips=chips, meshes=tuple(axis_links), axis_links=axis_links,
         dram_bytes=DRAM_BYTES, dram_gbps=DRAM_GBPS, peak_tflops=PEAK_TFLOPS, fabric=FABRIC,
         tuned_fabric=TUNED_FABRIC, compute=COMPUTE, title=title, sources=sources,
+        refused_meshes=refused or {},
     )
+
+
+# The loaders' get_mesh_config(32) asks for 1x32 (tt-forge-models), which tt-mlir accepts
+# but a Wormhole Galaxy cannot run (tt-metal issue 43749).
+_GALAXY_REFUSED = {(1, 32): "all_reduce on a Galaxy 1x32 mesh hangs: tt-metal issue 43749"}
 
 
 _LINE1 = AxisLinks("line", 1)
@@ -263,6 +269,7 @@ WH_GALAXY = _wormhole(
      (4, 8): (AxisLinks("line", 3), AxisLinks("line", 4))},
     ("tt-xla mesh_shapes.md", "tt-metal LLMs/llms.md 3.3.1",
      "tt-xla pjrt_implementation/src/api/client_instance.cc"),
+    _GALAXY_REFUSED,
 )
 
 # Some hosts wrap the Galaxy axes (tt-xla PR 5383): the ring-per-axis option.
@@ -275,6 +282,7 @@ WH_GALAXY_6U = _wormhole(
     "wh-galaxy-6u", "Wormhole Galaxy 6U (ring of 4 links on each axis)", 32,
     {(8, 4): (_RING4, _RING4), (4, 8): (_RING4, _RING4)},
     ("tt-metal tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py",),
+    _GALAXY_REFUSED,
 )
 
 SYSTEMS = [N150, N300, WH_LOUDBOX, WH_GALAXY, WH_GALAXY_RING, WH_GALAXY_6U]

@@ -196,6 +196,8 @@ CASES = {
     "mesh-3x3": Case(args(MLP, "--mesh", "3x3"), "mesh 3x3", "tt-mlir", "choose one of", "2x4"),
     "module-mesh-3x3-evaluate": Case(mlir(MESH_3X3, "--evaluate"), "mesh 3x3", "tt-mlir", "choose one of"),
     "system-lacks-mesh": Case(args(MLP, "--mesh", "2x4", "--system", "n300"), "--system n300", "1x2", "2x4"),
+    "galaxy-1x32": Case(args(MLP, "--mesh", "1x32"), "--system wh-galaxy", "8x4, 4x8", "hangs",
+                        "tt-metal issue 43749"),
     "devices-3": Case(args(MLP, "--devices", "3"), "--devices 3", "1, 2, 4, 8, 32", "--mesh"),
     "duplicate-axis-names": Case(args(MLP, "--mesh", "2x4", "--axis-names", "a,a"), "--axis-names", "distinct"),
     "evaluate-without-mesh": Case(args(MLP, "--evaluate"), "--evaluate needs a mesh", "--mesh RxC"),

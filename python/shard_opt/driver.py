@@ -69,7 +69,9 @@ def resolve_system(mesh: Mesh, name: str | None):
     meshes = [tuple(m) for m in getattr(system, "meshes", ())]
     if meshes and tuple(mesh.shape) not in meshes:
         shapes = ", ".join("x".join(map(str, m)) for m in meshes)
-        raise UserError(f"--system {system_name} has meshes {shapes}, not {mesh.spec}; "
+        refused = getattr(system, "refused_meshes", {}).get(tuple(mesh.shape))
+        why = f" ({refused})" if refused else ""
+        raise UserError(f"--system {system_name} has meshes {shapes}, not {mesh.spec}{why}; "
                         f"pick a listed shape or another system (shard-opt --list-systems)")
     return system_name, system
 
