@@ -4,6 +4,7 @@ wins when the cost model is wrong by 2x either way (driver._alternatives, _robus
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -34,6 +35,15 @@ def test_every_alternative_is_priced_against_the_plan(line):
             assert alt["reason"]
             # the bill moves as the collective count does
             assert sum(m["count"] for m in alt["collectives_delta"]) == alt["delta_ccls"]
+
+
+def test_every_component_lists_two_choices():
+    # on 2x4 the MLP's plan keeps fc1's bias replicated and no Megatron role differs for
+    # some groups: the next best option still gives a reader two choices
+    plan = _plan("2x4")
+    for g in plan["groups"]:
+        assert len(g["alternatives"]) >= 2, g["role"]
+        assert len({json.dumps(a["sharding"]) for a in g["alternatives"]}) == len(g["alternatives"])
 
 
 def test_replicating_the_row_parallel_weight_costs_time_and_says_why(line):

@@ -336,7 +336,8 @@ def _group_info(groups, assignment, result) -> list[dict]:
 def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list[list[dict]]:
     """Per group, the options a reader weighs, each priced on the whole model with every
     other group at the plan's choice: replicated, the group's Megatron role, and the best
-    other option, with the difference in time and collectives and the reason in words."""
+    other option (the next best too while fewer than two are listed), with the
+    difference in time and collectives and the reason in words."""
     base = scorer.score(groups, assignment)
     cands = [assignment[:gi] + (o,) + assignment[gi + 1:] for gi, g in enumerate(groups)
              for o in range(len(g.options)) if o != assignment[gi]]
@@ -352,9 +353,10 @@ def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list
         if g.by != "site" and mega not in (0, mine):
             picks.append((mega, "megatron " + _role_word(g, mega)))
         rest = [o for o in range(len(g.options)) if o != mine and o not in {p for p, _ in picks}]
-        if rest:
-            best = min(rest, key=lambda o: (scorer.score(groups, assignment[:gi] + (o,) + assignment[gi + 1:]).key(), o))
-            picks.append((best, "best other"))
+        rest.sort(key=lambda o: (scorer.score(groups, assignment[:gi] + (o,) + assignment[gi + 1:]).key(), o))
+        # the best other option, and the next ones until a reader sees two choices
+        for o in rest[:max(1, 2 - len(picks))]:
+            picks.append((o, "best other"))
         entries = []
         for o, label in picks:
             alt = assignment[:gi] + (o,) + assignment[gi + 1:]
