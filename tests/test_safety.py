@@ -104,6 +104,24 @@ def test_plan_lists_every_rule(run_cli, tmp_path):
     assert not any(r["plan_breaks"] or r["allowed"] for r in rows.values())
 
 
+def test_the_megatron_baseline_keeps_to_the_limits_the_search_keeps_to(run_cli, tmp_path):
+    # a tied embedding is the LM head too: Megatron's column split of the head is a
+    # vocabulary split of the lookup (vocab-gather), so the baseline leaves it replicated
+    # and keeps the price as written beside it
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(os.path.join(FIXTURES, "tied_llama.py"), "--layers", "2", "--mesh", "1x8", "--dtype",
+                           "f32", "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    mega = plan["baselines"]["megatron"]
+    assert mega["adjusted"] == [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather",
+                                 "was": [["model"], []]}]
+    assert not any(mega["arguments"].get("model.embed_tokens.weight") or [])
+    assert mega["as_written"]["total_us"] != mega["total_us"]
+    assert any("Megatron baseline keeps model.embed_tokens.weight" in n for n in plan["notes"])
+    assert plan["cost"]["total_us"] <= mega["total_us"]
+
+
 def test_an_evaluated_spec_that_splits_the_vocabulary_is_flagged(run_cli, tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None]}))

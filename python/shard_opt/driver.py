@@ -131,6 +131,9 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             return optimize(real, opts)  # the prediction was wrong: start from the model
         model = real
     limit, removed = safety.limits(model, structure, opts.allow), {}
+    mega, adjusted = _within_limits(model, mega, limit, meshes)
+    if adjusted and "megatron" in baselines:
+        baselines["megatron"] = _megatron_within_limits(baselines["megatron"], model, meshes, scorer, mega, adjusted)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
                          limit=limit, removed=removed)
     seeds = [assignment_of(groups, mega)]
@@ -214,6 +217,12 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
         memory_fallback=fallback, scored=score,
     )
     plan["propagation"] = opts.propagation
+    adjusted = baselines.get("megatron", {}).get("adjusted")
+    if adjusted:
+        left = ", ".join(f"{a['argument']} (rule {a['rule']}: {safety.BY_ID[a['rule']].title})" for a in adjusted)
+        plan.setdefault("notes", []).append(
+            f"the Megatron baseline keeps {left} replicated, as the search must; as written it is "
+            f"{baselines['megatron']['as_written']['total_us']:.1f} us, a plan tt-mlir cannot compile")
     _note_weights(plan, opts.weights, model)
     per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
     if per_layer is not None:
@@ -583,6 +592,34 @@ def layer_bill(scorer, *, by_role=None, groups=None, assignment=None) -> tuple[i
             extra.append({"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
                           "bytes_per_device": c.bytes_per_device})
     return len(f2.collectives) - len(f1.collectives), extra
+
+
+def _within_limits(model, shardings: dict, limit: dict, meshes) -> tuple[dict, list[dict]]:
+    """``shardings`` with every split a compiler limit forbids (an ``exclude`` rule of
+    ``shard_opt.safety``) left replicated, and what was left."""
+    kept, adjusted = {}, []
+    for i, sh in sorted(shardings.items()):
+        rule = next((r for m in meshes if (r := safety.allowed(sh, model.arguments[i], limit, m))), None)
+        if rule is None:
+            kept[i] = sh
+        else:
+            adjusted.append({"argument": model.arguments[i].name, "rule": rule, "was": sh.axis_names()})
+    return kept, adjusted
+
+
+def _megatron_within_limits(entry: dict, model, meshes, scorer, mega: dict, adjusted: list[dict]) -> dict:
+    """The Megatron baseline re-priced with the splits the search may not make left
+    replicated (a tied embedding's vocabulary split as the LM head's column: tt-mlir
+    cannot lower the gather), so a plan is compared with a Megatron that compiles; the
+    plan as written is kept beside it."""
+    all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
+    out = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
+    out["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
+    if "pairs" in entry:
+        out["pairs"] = entry["pairs"]
+    out["adjusted"] = adjusted
+    out["as_written"] = {k: entry[k] for k in ("total_us", "ccl_count", "fits") if k in entry}
+    return out
 
 
 def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
