@@ -37,7 +37,10 @@ are counted from its ``collectives`` of the first layer and marked ``*``.
 script name. ``--layers N`` keeps N repeated layers (quick runs; not passed to the VAE,
 whose "repeated blocks" would be one up-block's resnets). ``--system NAME`` is passed to
 every row (the default is the Wormhole system of the mesh's size; no preset has a 1x32
-mesh, so the loaders' ``(1, 32)`` rows fail with shard-opt's error).
+mesh, so the loaders' ``(1, 32)`` rows fail with shard-opt's error: a Galaxy 1x32 hangs its
+all_reduce, tt-metal issue 43749). ``--weight-dtype bfp8`` prices every row, the
+expert's spec too, in block-float weights (in bf16 Llama-70B and Mixtral fit on no
+8-chip plan).
 """
 
 from __future__ import annotations
@@ -118,6 +121,8 @@ def parse_args(argv=None):
     ap.add_argument("--rows", help="comma-separated patterns over SCRIPT/DEVICES/PHASE (default: all rows)")
     ap.add_argument("--layers", type=int, help="keep N repeated layers (passed to shard-opt)")
     ap.add_argument("--system", help="hardware preset passed to every row (e.g. bh-galaxy with --rows '*/32/*')")
+    ap.add_argument("--weight-dtype", help="weight storage passed to every row (bfp8: what fits Llama-70B and "
+                                           "Mixtral on 8 Wormhole chips; the expert spec is priced in it too)")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per row (default 3600)")
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     return ap.parse_args(argv)
@@ -155,7 +160,8 @@ def mesh_of(script: Script, devices: int) -> str:
 
 # --- step 2: run shard-opt on one row ----------------------------------------------------
 
-def command(row: Row, plan_path: str, layers: int | None, system: str | None) -> list[str]:
+def command(row: Row, plan_path: str, layers: int | None, system: str | None,
+            weight_dtype: str | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "shard_opt.cli", script_path(row.script), "--mesh", row.mesh,
            "--plan-json", plan_path, "--quiet", "-o", os.devnull]
     if row.phase == "decode":
@@ -166,6 +172,8 @@ def command(row: Row, plan_path: str, layers: int | None, system: str | None) ->
         cmd += ["--layers", str(layers)]
     if system:
         cmd += ["--system", system]
+    if weight_dtype:
+        cmd += ["--weight-dtype", weight_dtype]
     return cmd
 
 
@@ -183,7 +191,8 @@ def first_error_line(stderr: str, code: int) -> str:
     return lines[0] if lines else f"exit status {code}, nothing on stderr"
 
 
-def run_row(row: Row, layers: int | None, system: str | None, timeout: float) -> dict:
+def run_row(row: Row, layers: int | None, system: str | None, timeout: float,
+            weight_dtype: str | None = None) -> dict:
     """The plan JSON of one row, or ``{"error": first line}``.
 
     The row runs in its own process group, so a timeout also stops the worker
@@ -192,7 +201,7 @@ def run_row(row: Row, layers: int | None, system: str | None, timeout: float) ->
     with tempfile.TemporaryDirectory() as d, tempfile.TemporaryFile("w+") as err:
         plan_path = os.path.join(d, "plan.json")
         t0 = time.monotonic()
-        proc = subprocess.Popen(command(row, plan_path, layers, system), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(command(row, plan_path, layers, system, weight_dtype), stdout=subprocess.DEVNULL,
                                 stderr=err, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
@@ -369,7 +378,7 @@ def main(argv=None) -> int:
                               "phase": row.phase, "error": f"get_mesh_config({row.devices}): {e}"})
             continue
         print(f"[{row.id}] {row.mesh} ...", file=sys.stderr, flush=True)
-        summaries.append(summarize(row, run_row(row, args.layers, args.system, args.timeout)))
+        summaries.append(summarize(row, run_row(row, args.layers, args.system, args.timeout, args.weight_dtype)))
     sys.stdout.write(render(summaries, args.markdown))
     return 0
 
