@@ -342,17 +342,25 @@ def _group_info(groups, assignment, result) -> list[dict]:
     return info
 
 
+_RIVALS = 4  # per group, the options the proxy ranks best, priced for "best other"
+
+
 def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list[list[dict]]:
     """Per group, the options a reader weighs, each priced on the whole model with every
     other group at the plan's choice: replicated, the group's Megatron role, and the best
     other option (the next best too while fewer than two are listed), with the
     difference in time and collectives and the reason in words."""
     base = scorer.score(groups, assignment)
-    cands = [assignment[:gi] + (o,) + assignment[gi + 1:] for gi, g in enumerate(groups)
-             for o in range(len(g.options)) if o != assignment[gi]]
-    scorer.score_many(groups, cands)  # memoized: most were priced by the search
-    base_bill = _bill(scorer, groups, assignment)
-    out = []
+
+    def alt_of(gi, o):
+        return assignment[:gi] + (o,) + assignment[gi + 1:]
+
+    cands = [alt_of(gi, o) for gi, g in enumerate(groups) for o in range(len(g.options)) if o != assignment[gi]]
+    # every option ranked by the search's cheap proxy (the 1-layer model of a deep model,
+    # the score itself otherwise; memoized: most were screened by the search), and only
+    # the shown ones and the closest rivals of "best other" priced on the whole model
+    proxy = dict(zip(cands, scorer.screen_many(groups, cands)))
+    chosen = []
     for gi, g in enumerate(groups):
         mine = assignment[gi]
         picks = []
@@ -362,9 +370,16 @@ def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list
         if g.by != "site" and mega not in (0, mine):
             picks.append((mega, "megatron " + _role_word(g, mega)))
         rest = [o for o in range(len(g.options)) if o != mine and o not in {p for p, _ in picks}]
-        rest.sort(key=lambda o: (scorer.score(groups, assignment[:gi] + (o,) + assignment[gi + 1:]).key(), o))
+        rest.sort(key=lambda o: (proxy[alt_of(gi, o)].key(), o))
+        chosen.append((picks, rest[:_RIVALS]))
+    scorer.score_many(groups, [alt_of(gi, o) for gi, (picks, short) in enumerate(chosen)
+                               for o in [p for p, _ in picks] + short])
+    base_bill = _bill(scorer, groups, assignment)
+    out = []
+    for gi, (g, (picks, short)) in enumerate(zip(groups, chosen)):
+        short.sort(key=lambda o: (scorer.score(groups, alt_of(gi, o)).key(), o))
         # the best other option, and the next ones until a reader sees two choices
-        for o in rest[:max(1, 2 - len(picks))]:
+        for o in short[:max(1, 2 - len(picks))]:
             picks.append((o, "best other"))
         entries = []
         for o, label in picks:
