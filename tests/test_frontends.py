@@ -115,7 +115,8 @@ def test_zoo_decode_has_a_shardable_kv_cache():
     ids = next(a for a in lm.arguments if a.name == "input_ids")
     assert ids.shape == (1, 1) and ids.kind == "input"
     # the logits cover the one new token
-    func = ir.main_func(ir.parse(lm.text))
+    module = ir.parse(lm.text)  # kept: its ops live only as long as it does
+    func = ir.main_func(module)
     assert ir.tensor_type(func.attributes["function_type"].value.results[0])[0] == (1, 1, 128256)
     # tt-xla's Llama plan: Megatron weights, KV cache split on heads (references/tenstorrent.md §5)
     p = "model.layers.0."
@@ -391,7 +392,8 @@ def test_wan_vae_decoder_small_config_lowers(tmp_path):
             return (torch.zeros(1, 4, 1, 4, 4),)
     """)
     lm = load(path)
-    func = ir.main_func(ir.parse(lm.text))
+    module = ir.parse(lm.text)  # kept: its ops live only as long as it does
+    func = ir.main_func(module)
     assert ir.tensor_type(func.attributes["function_type"].value.results[0])[0] == (1, 3, 1, 8, 8)
     assert "aten._upsample_nearest_exact2d.vec" in lm.meta["decompositions"]
     assert lm.arguments[0].name.startswith("post_quant_conv.")
