@@ -191,34 +191,6 @@ def _group_output(g: Graph, members: set[int]) -> int | None:
     return next(iter(outs)) if len(outs) == 1 else None
 
 
-def _forward(g: Graph, start: int, stop: int) -> set[int]:
-    """Nodes reachable from node ``start`` through users, up to node index ``stop``."""
-    seen, stack = set(), [start]
-    while stack:
-        n = stack.pop()
-        if n in seen or n > stop:
-            continue
-        seen.add(n)
-        for r in g.nodes[n].results:
-            stack.extend(g.values[r].users)
-    return seen
-
-
-def _backward(g: Graph, start: int, stop: int) -> set[int]:
-    """Nodes ``start`` depends on, down to node index ``stop``."""
-    seen, stack = set(), [start]
-    while stack:
-        n = stack.pop()
-        if n in seen or n < stop:
-            continue
-        seen.add(n)
-        for v in g.nodes[n].operands:
-            p = g.values[v].producer
-            if p is not None:
-                stack.append(p)
-    return seen
-
-
 def _absorb_back(g: Graph, v: int, members: set[int]) -> None:
     """Add to ``members`` the single-use chain of layout ops and scalar scalings that
     produce ``v`` (a flash kernel converts, transposes, broadcasts GQA heads and scales
@@ -273,7 +245,7 @@ def _attention(g: Graph, d2: Node) -> set[int] | None:
     d1 = _scores(g, x)
     if d1 is None:
         return None
-    members = (_forward(g, d1.index, d2.index) & _backward(g, d2.index, d1.index)) | {d1.index, d2.index}
+    members = (g.forward(d1.index, d2.index) & g.backward(d2.index, d1.index)) | {d1.index, d2.index}
     if not members >= soft:
         return None
     for v in list(d1.operands) + [d2.operands[1]]:
@@ -549,7 +521,7 @@ def _activation_on(g: Graph, v: int, owner: dict) -> set[int] | None:
         chain[x] = ops
     near = set()
     for u in g.values[x].users:
-        near |= _forward(g, u, u + 32)
+        near |= g.forward(u, u + 32)
     for w in sorted(near):
         node = g.nodes[w]
         if node.name in ACTIVATION_CORES and w not in owner:

@@ -279,10 +279,12 @@ def _split_sources(g, node, src) -> list[frozenset]:
     argument dims it was merged from: the argument dims, in order, with the sizes of
     the split's parts, one argument dim a part (every argument in the merged sources
     must match, or the split keeps ``dim_sources``' major-part rule)."""
+    from shard_opt.dataflow import reshape_blocks
+
     o, r = node.operands[0], node.results[0]
     in_shape, out_shape = g.values[o].shape, g.values[r].shape
     res = list(src[r])
-    for bi, bj in _reshape_blocks(in_shape, out_shape):
+    for bi, bj in reshape_blocks(in_shape, out_shape) or ():
         big_in = [k for k in bi if in_shape[k] > 1]
         big_out = [k for k in bj if out_shape[k] > 1]
         if len(big_in) != 1 or len(big_out) < 2:
@@ -304,27 +306,3 @@ def _split_sources(g, node, src) -> list[frozenset]:
                 for k, p in zip(big_out, parts):
                     res[k] = frozenset(p)
     return res
-
-
-def _reshape_blocks(src_shape, dst_shape) -> list[tuple[list[int], list[int]]]:
-    """A reshape's dims in blocks of equal element counts: (source dims, result dims)."""
-    out = []
-    i = j = 0
-    while i < len(src_shape) or j < len(dst_shape):
-        bi, bj = [i] if i < len(src_shape) else [], [j] if j < len(dst_shape) else []
-        pi = src_shape[i] if i < len(src_shape) else 1
-        pj = dst_shape[j] if j < len(dst_shape) else 1
-        i, j = i + (i < len(src_shape)), j + (j < len(dst_shape))
-        while pi != pj:
-            if pi < pj and i < len(src_shape):
-                bi.append(i)
-                pi *= src_shape[i]
-                i += 1
-            elif pj < pi and j < len(dst_shape):
-                bj.append(j)
-                pj *= dst_shape[j]
-                j += 1
-            else:
-                return []
-        out.append((bi, bj))
-    return out

@@ -127,6 +127,32 @@ class Graph:
         p = self.values[v].producer
         return None if p is None else self.nodes[p]
 
+    def forward(self, start: int, stop: int) -> set[int]:
+        """Nodes reachable from node ``start`` through users, up to node index ``stop``."""
+        seen, stack = set(), [start]
+        while stack:
+            n = stack.pop()
+            if n in seen or n > stop:
+                continue
+            seen.add(n)
+            for r in self.nodes[n].results:
+                stack.extend(self.values[r].users)
+        return seen
+
+    def backward(self, start: int, stop: int) -> set[int]:
+        """Nodes ``start`` depends on, down to node index ``stop``."""
+        seen, stack = set(), [start]
+        while stack:
+            n = stack.pop()
+            if n in seen or n < stop:
+                continue
+            seen.add(n)
+            for v in self.nodes[n].operands:
+                p = self.values[v].producer
+                if p is not None:
+                    stack.append(p)
+        return seen
+
     def attr(self, node: Node, key: str) -> str:
         """An attribute's text ('' when absent)."""
         attrs = node.op.attributes
@@ -278,9 +304,10 @@ def _node_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | Non
     return None
 
 
-def _reshape_sources(src_shape, dst_shape, src) -> list[frozenset] | None:
-    """Map dims through a reshape by blocks of equal element counts (see ``dim_sources``)."""
-    res = [_NONE] * len(dst_shape)
+def reshape_blocks(src_shape, dst_shape) -> list[tuple[list[int], list[int]]] | None:
+    """A reshape's dims in blocks of equal element counts, (source dims, result dims);
+    None when the sizes do not line up."""
+    out = []
     i = j = 0
     while i < len(src_shape) or j < len(dst_shape):
         bi, bj = [i] if i < len(src_shape) else [], [j] if j < len(dst_shape) else []
@@ -298,6 +325,17 @@ def _reshape_sources(src_shape, dst_shape, src) -> list[frozenset] | None:
                 j += 1
             else:
                 return None
+        out.append((bi, bj))
+    return out
+
+
+def _reshape_sources(src_shape, dst_shape, src) -> list[frozenset] | None:
+    """Map dims through a reshape by blocks of equal element counts (see ``dim_sources``)."""
+    blocks = reshape_blocks(src_shape, dst_shape)
+    if blocks is None:
+        return None
+    res = [_NONE] * len(dst_shape)
+    for bi, bj in blocks:
         sources = frozenset().union(*(src[k] for k in bi if src_shape[k] > 1)) if bi else _NONE
         big = [k for k in bj if dst_shape[k] > 1]
         if big:

@@ -160,17 +160,7 @@ def _out_dim(dots, col: Dim) -> int | None:
 
 def _kind(g: Graph, start: int, stop: int, attention: set[int]) -> str:
     """``attention`` when an attention op lies between the two matmuls, else ``mlp``."""
-    seen, stack = set(), [start]
-    while stack:
-        n = stack.pop()
-        if n in seen or n > stop:
-            continue
-        seen.add(n)
-        if n in attention:
-            return "attention"
-        for r in g.nodes[n].results:
-            stack.extend(g.values[r].users)
-    return "mlp"
+    return "attention" if attention & g.forward(start, stop) else "mlp"
 
 
 def _returned_nodes(g: Graph) -> set[int]:
