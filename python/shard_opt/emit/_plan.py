@@ -359,26 +359,21 @@ def structural_pairs(plan: dict) -> list[dict] | None:
         entry = {"block": block, "kind": p.get("kind") or "", "axis": None,
                  "column": list(dict.fromkeys(leaf(r) for r in cols)), "row": list(dict.fromkeys(leaf(r) for r in rows)),
                  "column_used": [], "roles": cols + rows}
+
+        def split_on(r, axis, side):
+            """Whether role ``r`` is split on ``axis`` on its outputs (side 0) or inputs
+            (side 1; experts: their stacking dim); None when its dims are unknown."""
+            a = first_arg(plan, r)
+            io = a and io_dims(plan, a, classes)
+            if not io:
+                return None
+            s = a.get("sharding") or []
+            dim = 0 if entry["kind"] == "experts" else io[side]
+            return axis in (s[dim] if dim < len(s) else [])
+
         for axis in axes:
-            used_cols, ok = [], True
-            for r in rows:
-                a = first_arg(plan, r)
-                io = a and io_dims(plan, a, classes)
-                if not io:
-                    continue
-                s = a.get("sharding") or []
-                dim = 0 if entry["kind"] == "experts" else io[1]
-                if axis not in (s[dim] if dim < len(s) else []):
-                    ok = False
-            for r in cols:
-                a = first_arg(plan, r)
-                io = a and io_dims(plan, a, classes)
-                if not io:
-                    continue
-                s = a.get("sharding") or []
-                dim = 0 if entry["kind"] == "experts" else io[0]
-                if axis in (s[dim] if dim < len(s) else []):
-                    used_cols.append(leaf(r))
+            ok = all(split_on(r, axis, 1) is not False for r in rows)
+            used_cols = [leaf(r) for r in cols if split_on(r, axis, 0)]
             if ok and used_cols:
                 entry["axis"] = axis
                 entry["column_used"] = list(dict.fromkeys(used_cols))
