@@ -627,13 +627,18 @@ def _megatron_within_limits(entry: dict, model, meshes, scorer, mega: dict, adju
     replicated (a tied embedding's vocabulary split as the LM head's column: tt-mlir
     cannot lower the gather), so a plan is compared with a Megatron that compiles; the
     plan as written is kept beside it."""
-    all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
-    out = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
-    out["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
+    out = _megatron_entry(model, make_groups(model.arguments, meshes, set(PARALLELISM)), scorer, mega)
     if "pairs" in entry:
         out["pairs"] = entry["pairs"]
     out["adjusted"] = adjusted
     out["as_written"] = {k: entry[k] for k in ("total_us", "ccl_count", "fits") if k in entry}
+    return out
+
+
+def _megatron_entry(model, all_groups, scorer, mega: dict) -> dict:
+    """The Megatron plan ``mega`` priced by ``scorer``, with its argument shardings."""
+    out = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
+    out["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
     return out
 
 
@@ -647,8 +652,7 @@ def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
     ag = autoshard_groups(model, mesh)
     if _space(ag) * (scorer.seconds_each or 0.0) > parallel.MIN_SECONDS:
         parallel.start()  # the enumeration below is long: the workers start while Megatron is priced
-    out["megatron"] = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
-    out["megatron"]["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
+    out["megatron"] = _megatron_entry(model, all_groups, scorer, mega)
     # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
