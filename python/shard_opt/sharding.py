@@ -139,19 +139,6 @@ class TensorSharding:
     mesh_name: str = "mesh"
     open_dims: frozenset[int] = frozenset()
 
-    def __hash__(self) -> int:
-        # memoized: pricing a candidate hashes the same few shardings a million times, and
-        # the generated hash walks every AxisRef in Python each time
-        h = self.__dict__.get("_hash")
-        if h is None:
-            h = hash((self.dims, self.mesh_name, self.open_dims))
-            object.__setattr__(self, "_hash", h)
-        return h
-
-    def __getstate__(self) -> dict:
-        # the memos (str hashes differ between processes) stay out of a pickle
-        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_body")}
-
     @staticmethod
     def of(dims, mesh_name: str = "mesh") -> "TensorSharding":
         """Build from plain lists of axis names, e.g. ``[["model"], []]``."""
@@ -207,13 +194,6 @@ class TensorSharding:
         return {a.name for d in self.dims for a in d}
 
     def body(self) -> str:
-        got = self.__dict__.get("_body")  # memoized: a search keys candidates by it
-        if got is None:
-            got = self._body_text()
-            object.__setattr__(self, "_body", got)
-        return got
-
-    def _body_text(self) -> str:
         parts = []
         for i, d in enumerate(self.dims):
             axes = [str(a) for a in d]
