@@ -135,9 +135,9 @@ def nbytes(shape, dtype: str) -> int:
 # Per-device shapes of the decode layer (batch 32, 8192 hidden, mesh 8x4: axis 0 = 8 chips,
 # axis 1 = 4 chips; shard-opt names them "batch" and "model"), from tt-metal
 # models/demos/llama3_70b_galaxy/tt/llama_attention.py (forward_decode), tt/llama_mlp.py,
-# tt/llama_ccl.py and tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py
-# (collected in /tmp/research/ttmetal.md Q5): residual [32, 2048] (hidden / 4 on axis 1),
-# 8 users x 8 query heads x 1 KV head per chip, w1/w3 output 3584 padded to 3840.
+# tt/llama_ccl.py and tests/ttnn/unit_tests/operations/ccl/test_ccl_async_TG_llama.py:
+# residual [32, 2048] (hidden / 4 on axis 1), 8 users x 8 query heads x 1 KV head per
+# chip, w1/w3 output 3584 padded to 3840.
 
 GALAXY_TUNED = "tenstorrent-tuned:prefetch_weights=true"  # the demo's DRAM prefetcher
 AX0, AX1 = "batch", "model"
@@ -344,8 +344,9 @@ def per_op_rows(report: Report) -> None:
 #
 # Measured times (us) by T = the SUMMARY tables' "size" in bytes (all_gather: the gathered
 # output; reduce_scatter, all_reduce, all_to_all: each device's input). Wormhole from the
-# SUMMARY file itself; Blackhole as transcribed in the research notes (/tmp/research/ttmetal.md
-# Q4, a subset of sizes). Per-device input b: T / N for all_gather, T otherwise.
+# SUMMARY file itself; Blackhole from tt-metal
+# tech_reports/CCLs/results/SUMMARY_blackhole_bfloat16_8192.md (a subset of its sizes).
+# Per-device input b: T / N for all_gather, T otherwise.
 K = 1024
 WH_LOUDBOX_POINTS = {  # every size from 4 KiB to 2 MiB the SUMMARY tables list (stored commit 3a4ad18f8339)
     ("all_gather", 2): {4 * K: 7.09, 8 * K: 7.65, 16 * K: 8.28, 32 * K: 9.67, 64 * K: 12.20, 128 * K: 17.50,

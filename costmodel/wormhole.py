@@ -202,8 +202,8 @@ GENERIC_COMPUTE = Compute(
     matmul_efficiency={"LoFi": 68.15 / 128, "HiFi2": 68.15 / 128, "HiFi4": 68.15 / 128},
     dram_efficiency=190 / 288,
     # FlashAttention: no Wormhole utilisation is published as text; Blackhole's ring SDPA
-    # reaches 62-70% of its math peak (tt-metal SDPA reports, references: research notes);
-    # 0.65 taken for Wormhole too (unconfirmed). FlashDecode reads the KV cache at up to
+    # reaches 62-70% of its math peak (from an earlier research pass; the tt-metal file it
+    # came from was not recorded: unsourced); 0.65 taken for Wormhole too (unconfirmed). FlashDecode reads the KV cache at up to
     # 180 GB/s (tech_reports/FlashAttention/FlashDecode.md).
     sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
     kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
