@@ -49,6 +49,9 @@ SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_produ
 MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.convolution")
 # ops that read and write in place: (operand positions read besides indices, written = those)
 _IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
+# ops whose bytes are not simply every operand read and every result written (_traffic)
+_TRAFFIC_SPECIAL = frozenset({"stablehlo.gather", "stablehlo.dynamic_slice", "stablehlo.slice",
+                              "stablehlo.dynamic_update_slice", "stablehlo.scatter", "stablehlo.concatenate"})
 
 _REASONS = {
     "all_reduce": "{producer} leaves partial sums over {axes} (its contracted dim is split there); "
@@ -171,7 +174,6 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         elif kind == "cache":
             cache_values.add(a)
 
-    types: dict = {}
     locals_: dict = {}  # (type, sharding) -> (local shape, dtype): the same few pairs recur
     # per value: its (local shape, dtype) and its bytes, read many times; ``forget`` drops
     # them when the value's sharding or storage is set (a callee's values, called again)
@@ -187,18 +189,12 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         if got is not None:
             return got
         t = value.type
-        key = (t, shard.get(value))
-        if key not in locals_:
-            if t not in types:
-                types[t] = ir.tensor_type(t)
-            tt = types[t]
-            if tt is None:
-                locals_[key] = ((), "f32")
-            else:
-                shape, dtype = tt
-                s = key[1]
-                locals_[key] = ((s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape), dtype)
-        got = value_local[value] = locals_[key]
+        s = shard.get(value)
+        key = (t, s)
+        got = locals_.get(key)
+        if got is None:
+            got = locals_[key] = _local_type(t, s, _mesh_for(s, meshes, mesh) if s else None)
+        value_local[value] = got
         return got
 
     def nbytes(value) -> int:
@@ -245,8 +241,9 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     groups: dict[str, _Group] = {}
     group_of: dict = {}  # Value -> the group that computed it
     owner_of: dict = {}  # Operation -> (its fused group, or the parameter it reads): whom it belongs to
-    collective_ops = []
+    pending = []  # (collective fields, op): made Collectives once the ops that read them are known
     adds = []  # stablehlo.add ops: the residual connections are among them
+    tracked_sets = (weight_values, cache_values, free_values)
 
     def reads_group_value(operand, reader_group) -> None:
         """A value computed inside a group and read outside it leaves the group (DRAM)."""
@@ -254,7 +251,9 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         if g is not None and g is not reader_group and operand not in g.exits:
             g.exits[operand] = nbytes(operand)
 
-    for index, op in enumerate(program(func)):
+    # a module of one function has no call to expand: walk it directly
+    ops = _walk(func) if len(functions) <= 1 else program(func)
+    for index, op in enumerate(ops):
         name = op.name  # an Operation (_walk): no OpView to build
         operands, results = list(op.operands), list(op.results)  # each access is a binding call
         attrs = op.attributes
@@ -272,39 +271,43 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 if name != "stablehlo.iota" and _is_splat(op):
                     free_values.update(results)
             elif operands and name not in ("func.return", "stablehlo.return", "sdy.return"):
-                for tracked in (weight_values, cache_values, free_values):
-                    if all(o in tracked for o in operands):
-                        tracked.update(results)
-                if len(operands) == 1 and results:
-                    base = src.get(operands[0], operands[0])
-                    src[results[0]] = base
-                    if base in stored:
-                        stored[results[0]] = stored[base]
-                        forget(results[0])
-                    g = group_of.get(operands[0])
-                    if g is not None and name != "sdy.sharding_constraint":
-                        group_of[results[0]] = g  # a view of a group's value is still inside it
+                if len(operands) == 1:
+                    o0 = operands[0]
+                    for tracked in tracked_sets:
+                        if o0 in tracked:
+                            tracked.update(results)
+                    if results:
+                        base = src.get(o0, o0)
+                        src[results[0]] = base
+                        if base in stored:
+                            stored[results[0]] = stored[base]
+                            forget(results[0])
+                        g = group_of.get(o0)
+                        if g is not None and name != "sdy.sharding_constraint":
+                            group_of[results[0]] = g  # a view of a group's value is still inside it
+                else:
+                    for tracked in tracked_sets:
+                        if all(o in tracked for o in operands):
+                            tracked.update(results)
             elif name == "func.return":
                 for o in operands:
                     reads_group_value(o, None)
             continue
         if name in SDY_COLLECTIVES:
-            reads_group_value(operands[0], None)
+            o0 = operands[0]
+            reads_group_value(o0, None)
             for tracked in (weight_values, cache_values):  # a gathered / sliced weight is still one
-                if operands[0] in tracked:
+                if o0 in tracked:
                     tracked.update(results)
             if name == "sdy.collective_permute":
                 facts.violations.append("collective-permute")
-            facts.collectives.append(
-                _collective(op, index, local_of, shard, mesh, meshes, origin.get(operands[0], -1))
-            )
-            collective_ops.append(op)
+            pending.append((_collective(op, name, o0, results[0], index, local_of, shard, mesh, meshes,
+                                        origin.get(o0, -1)), op))
             continue
         if name == "sdy.mesh" or not results:
             continue
-        ins = [local_of(o) for o in operands]
         outs = [local_of(r) for r in results]
-        flops = _flops(op, ins, outs, name)
+        flops = _flops(op, operands, outs, name, local_of)
         label = attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
         if label is not None:
             g = groups.get(label)
@@ -313,12 +316,13 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.flops += flops
             for o in operands:
                 reads_group_value(o, g)
-                if group_of.get(o) is not g and src.get(o, o) not in g.reads:
+                base = src.get(o, o)
+                if group_of.get(o) is not g and base not in g.reads:
                     b = read_bytes(o)
-                    g.reads[src.get(o, o)] = b
+                    g.reads[base] = b
                     if o in weight_values:
                         g.weight_bytes += b
-                        g.fidelity = g.fidelity or stored.get(src.get(o, o))
+                        g.fidelity = g.fidelity or stored.get(base)
                         if o in origin:
                             g.weights.append(origin[o])
             owner_of[op] = (g, None)
@@ -327,17 +331,48 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             if outs:
                 g.dtype = outs[0][1]
             continue
+        weight = None
+        if group_of:
+            for o in operands:
+                g = group_of.get(o)
+                if g is not None and o not in g.exits:
+                    g.exits[o] = nbytes(o)
         for o in operands:
-            reads_group_value(o, None)
-        owner_of[op] = (None, next((origin[o] for o in operands if o in weight_values and o in origin),
-                                             None))
-        bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
-                                               cache_values)
-        fidelity = next((stored[src.get(o, o)] for o in operands if src.get(o, o) in stored), None)
+            if o in weight_values and o in origin:
+                weight = origin[o]
+                break
+        owner_of[op] = (None, weight)
+        if name in _TRAFFIC_SPECIAL:
+            bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
+                                                   cache_values)
+        else:  # every operand read where it is stored, every result written
+            bytes_out = sum(nbytes(r) for r in results)
+            bytes_in = wbytes = 0
+            for o in operands:
+                b = read_bytes(o)
+                bytes_in += b
+                if o in weight_values:
+                    wbytes += b
+        fidelity = None
+        if stored:
+            for o in operands:
+                base = src.get(o, o)
+                if base in stored:
+                    fidelity = stored[base]
+                    break
+        if name in MATMUL_OPS:
+            kind = "matmul"
+        elif name == "stablehlo.gather":
+            kind = "gather"
+        else:
+            kind = _kind(op, name) if name == "stablehlo.custom_call" else ""
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
-                                kind=_kind(op, name), fidelity=fidelity))
-        facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - wbytes + bytes_out)
-    facts.collectives = [_attributed(c, op, owner_of) for c, op in zip(facts.collectives, collective_ops)]
+                                kind, fidelity))
+        peak = bytes_in - wbytes + bytes_out
+        if peak > facts.peak_activation_bytes:
+            facts.peak_activation_bytes = peak
+    facts.collectives = [Collective(**{**fields, **_attributed(fields, op, owner_of)}) for fields, op in pending]
+    collective_ops = [op for _, op in pending]
     # after the walk, when every value's sharding and weight-ness is known
     if any(_splits_residual_stream(op, weight_values, shard) for op in adds):
         facts.violations.append("residual-stream")
@@ -378,12 +413,14 @@ def _walk(op) -> list:
 _CAUSES = {"norm": "norm statistics", "softmax": "softmax statistics"}
 
 
-def _attributed(c: Collective, op, owner_of: dict) -> Collective:
-    """``c`` attributed to the op that needs it: for a reduction, the op whose partial sums
-    it completes (a norm's statistics belong to the norm); for a gather, a slice or a
-    move, the first op that reads its result. The owner is that op's fused group (its
-    first parameter: a norm's scale) or the parameter it reads; else the value's origin."""
-    reduce = c.kind in ("all_reduce", "reduce_scatter")
+def _attributed(c: dict, op, owner_of: dict) -> dict:
+    """The ``origin_arg`` and ``cause`` of collective ``c`` (its fields), attributed to the op
+    that needs it: for a reduction, the op whose partial sums it completes (a norm's
+    statistics belong to the norm); for a gather, a slice or a move, the first op that
+    reads its result. The owner is that op's fused group (its first parameter: a norm's
+    scale) or the parameter it reads; else the value's origin."""
+    kind = c["kind"]
+    reduce = kind in ("all_reduce", "reduce_scatter")
     ops = [op.operands[0].owner] if reduce else [u.owner for u in op.results[0].uses]
     for _ in range(4):  # past layout ops and other collectives
         nxt = []
@@ -397,23 +434,23 @@ def _attributed(c: Collective, op, owner_of: dict) -> Collective:
             if owner is None:
                 continue
             group, weight = owner
-            cause = c.cause
+            cause = ""
             if reduce and group is not None and group.kind in ("norm", "softmax"):
                 cause = _CAUSES[group.kind]
             elif reduce and (name == "stablehlo.dot_general" or group is not None and group.kind == "linear"):
                 cause = "row-parallel partial sums"
-            elif group is not None and group.kind == "sdpa" and c.kind == "all_gather":
+            elif group is not None and group.kind == "sdpa" and kind == "all_gather":
                 cause = "attention inputs"
             if group is not None and group.weights:
-                return dataclasses.replace(c, origin_arg=group.weights[0], cause=cause)
+                return {"origin_arg": group.weights[0], "cause": cause}
             if weight is not None:
-                return dataclasses.replace(c, origin_arg=weight, cause=cause)
+                return {"origin_arg": weight, "cause": cause}
             if group is not None:
-                return dataclasses.replace(c, cause=cause)
+                return {"cause": cause}
         ops = nxt
         if not ops:
             break
-    return c
+    return {}
 
 
 def _splits_residual_stream(add, weight_values: set, shard: dict) -> bool:
@@ -480,6 +517,18 @@ def _projection(value, weight_values: set, shard: dict, depth: int = 0) -> tuple
             return set(), set()
         return _projection(rest[0], weight_values, shard, depth + 1)
     return _projection(producer.operands[0], weight_values, shard, depth + 1)
+
+
+@functools.lru_cache(maxsize=65536)
+def _local_type(t, s: TensorSharding | None, mesh: Mesh | None) -> tuple[tuple[int, ...], str]:
+    """(per-device shape, element type) of a value of type ``t`` sharded ``s`` on ``mesh``;
+    ((), "f32") for a type that is not a ranked tensor. Cached across modules: MLIR uniques
+    types, and a search meets the same few hundred (type, sharding) pairs in every candidate."""
+    tt = ir.tensor_type(t)
+    if tt is None:
+        return (), "f32"
+    shape, dtype = tt
+    return (s.local_shape(shape, mesh) if s else shape), dtype
 
 
 def _nbytes(shape, dtype: str) -> int:
@@ -555,13 +604,12 @@ def _propagate_origin(operands: list, results: list, origin: dict, weight_values
             origin[r] = src
 
 
-def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) -> Collective:
-    kind = SDY_COLLECTIVES[op.operation.name]
-    operand = op.operands[0]
-    result = op.results[0]
+def _collective(op, name: str, operand, result, index, local_of, shard, mesh, meshes, origin_arg: int = -1) -> dict:
+    """The fields of the ``Collective`` that op ``name`` (``operand`` -> ``result``) is."""
+    kind = SDY_COLLECTIVES[name]
     in_local, dtype = local_of(operand)
     out_local, _ = local_of(result)
-    gshape, _ = ir.tensor_type(result.type)
+    gshape = _shape_of(result.type)
     in_s = shard.get(operand)
     out_s = shard.get(result)
     if kind == "collective_permute":
@@ -571,27 +619,32 @@ def _collective(op, index, local_of, shard, mesh, meshes, origin_arg: int = -1) 
                       {a for d in ins for a in d})
         refs = [AxisRef(a) for a in axes]
     else:  # the axes the op's own attributes name (sub-axes keep their size)
-        attrs = op.operation.attributes
-        named = [attrs[i] for i in range(len(attrs))]
+        attrs = op.attributes
         refs = list(dict.fromkeys(
-            r for na in named if na.name != "out_sharding" and not na.name.startswith("shard_opt.")
-            for r in _axis_refs(na.attr)
+            r for i in range(len(attrs)) for na in (attrs[i],)
+            if na.name != "out_sharding" and not na.name.startswith("shard_opt.") for r in _axis_refs(na.attr)
         ))
         axes = list(dict.fromkeys(r.name for r in refs))
     m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
     group = math.prod(r.length(m) for r in refs if r.name in m.axes)
     owner = operand.owner
     producer = owner.name if hasattr(owner, "name") and not _is_block(owner) else "argument"
-    consumers = sorted({u.owner.name for u in result.uses}) if hasattr(result, "uses") else []
+    consumers = sorted({u.owner.name for u in result.uses})
     consumer = consumers[0] if consumers else "the consumer"
     loc = str(owner.location) if producer != "argument" else ""
     reason = _REASONS[kind].format(producer=producer, consumer=consumer, axes="/".join(axes) or "?")
-    return Collective(
-        kind=kind, axes=tuple(axes), global_shape=tuple(gshape), dtype=dtype,
+    return dict(
+        kind=kind, axes=tuple(axes), global_shape=gshape, dtype=dtype,
         in_local_shape=tuple(in_local), out_local_shape=tuple(out_local),
         bytes_per_device=math.prod(in_local) * dtype_bytes(dtype), group_size=group,
         op_index=index, loc=loc, producer=producer, reason=reason, origin_arg=origin_arg,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_of(t) -> tuple[int, ...]:
+    """A tensor type's global shape (types are uniqued: cached by the type itself)."""
+    return tuple(ir.tensor_type(t)[0])
 
 
 @functools.lru_cache(maxsize=8192)
@@ -624,21 +677,18 @@ def _dims_uncached(text: str, key: str) -> list[int]:
     return [int(x) for x in m.group(1).split(",") if x.strip()] if m else []
 
 
-def _flops(op, ins, outs, name: str | None = None) -> int:
-    name = name or op.operation.name
+def _flops(op, operands, outs, name: str, local_of) -> int:
+    """FLOPs of one op on one device; ``local_of`` gives an operand's (local shape, dtype),
+    asked only of the ops whose work depends on their operands."""
     out_elems = math.prod(outs[0][0]) if outs else 0
-    if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS and len(ins) >= 3:
-        # q [B, Hq, Sq, D] . k [B, Hkv, Sk, D]: scores then probabilities x values
-        (b, hq, sq, d), (_, _, sk, _) = ins[0][0][-4:], ins[1][0][-4:]
-        return 4 * b * hq * sq * sk * d
     if name == "stablehlo.dot_general":
         text = str(op.attributes["dot_dimension_numbers"])
         contracting = _dims(text, "lhs_contracting_dimensions")
-        lhs = ins[0][0]
+        lhs = local_of(operands[0])[0]
         k = math.prod(lhs[d] for d in contracting if d < len(lhs))
         return 2 * out_elems * k
     if name == "stablehlo.convolution":
-        kernel = ins[1][0]
+        kernel = local_of(operands[1])[0]
         text = str(op.attributes["dimension_numbers"]) if "dimension_numbers" in op.attributes else ""
         m = re.search(r"x\[([^\]]*)\]", text)
         if m:
@@ -648,4 +698,8 @@ def _flops(op, ins, outs, name: str | None = None) -> int:
             o = 0
         per_out = math.prod(kernel) // max(1, kernel[o]) if kernel else 1
         return 2 * out_elems * per_out
+    if name == "stablehlo.custom_call" and len(operands) >= 3 and _target(op) in SDPA_TARGETS:
+        # q [B, Hq, Sq, D] . k [B, Hkv, Sk, D]: scores then probabilities x values
+        (b, hq, sq, d), (_, _, sk, _) = local_of(operands[0])[0][-4:], local_of(operands[1])[0][-4:]
+        return 4 * b * hq * sq * sk * d
     return out_elems
