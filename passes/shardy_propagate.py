@@ -90,8 +90,11 @@ class ShardyPropagate(ModulePass):
         if self.pipeline not in PIPELINES:
             raise UserError(f"shardy-propagate: unknown pipeline {self.pipeline!r}; use one of "
                             f"{', '.join(PIPELINES)}")
-        # one walk finds the ops to guard and tells whether any call is left to inline
-        found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call",))
+        # one walk finds the ops to guard and tells whether any call is left to inline (a
+        # module of one function calls none: no walk when there is nothing to guard either)
+        found = []
+        if self.guard_opaque_ops or self.guard_moved_dims or _functions(module) > 1:
+            found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call",))
         insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims,
                       ops=[op for op in found if op.name != "func.call"])
         propagate, export = PIPELINES[self.pipeline]
@@ -104,6 +107,10 @@ class ShardyPropagate(ModulePass):
         if self.pipeline == "tt-mlir" and self.explicit_collectives:
             _, left = _merge_identical(module)
             _erase_dead(left)
+
+
+def _functions(module) -> int:
+    return sum(1 for op in module.body.operations if op.operation.name == "func.func")
 
 
 # pipeline -> (propagation passes, passes that make the collectives explicit)
@@ -135,23 +142,28 @@ def merge_identical_collectives(module) -> int:
 def _merge_identical(module) -> tuple[int, list]:
     """``merge_identical_collectives``: (how many went, the collectives left, in pre-order)."""
     merged = 0
-    left = []
     with module.context:
-        # every collective by its block, blocks in the order a pre-order walk reaches their
-        # parent op (an outer block before the blocks nested in it), ops in block order
-        order = {}
-        blocks: dict = {}
-        for op in ir.ops_in(module.operation):
-            order.setdefault(op, len(order))
-            if op.name in COLLECTIVE_OPS:
-                left.append(op)
-                parent = op.parent
-                blocks.setdefault(op.block, (order.get(parent, -1), len(blocks), []))[2].append(op)
+        left = ir.ops_in(module.operation, COLLECTIVE_OPS)
+        blocks: dict = {}  # block -> its collectives, in block order
+        for op in left:
+            blocks.setdefault(op.block, []).append(op)
+        groups = list(blocks.values())
+        if len(groups) > 1:
+            # blocks in the order a pre-order walk reaches their parent op (an outer block
+            # before the blocks nested in it): a merge outside can make two inside identical
+            order = {}
+            for op in ir.ops_in(module.operation):
+                order.setdefault(op, len(order))
+            rank = {id(ops): (order.get(ops[0].parent, -1), i) for i, ops in enumerate(groups)}
+            groups.sort(key=lambda ops: rank[id(ops)])
         gone = set()
-        for _, _, ops in sorted(blocks.values(), key=lambda b: b[:2]):
+        for ops in groups:
             first = {}
             for child in ops:
-                key = (child.name, child.operands[0], _attr_text(child))
+                attrs = child.attributes
+                # attributes are uniqued: equal ones are one object (hashed, compared by identity)
+                named = sorted(((attrs[i].name, attrs[i].attr) for i in range(len(attrs))), key=lambda na: na[0])
+                key = (child.name, child.operands[0], tuple(named))
                 if key in first:
                     child.results[0].replace_all_uses_with(first[key].results[0])
                     gone.add(id(child))  # ids: an erased op is not to be hashed or compared
@@ -160,11 +172,6 @@ def _merge_identical(module) -> tuple[int, list]:
                 else:
                     first[key] = child
     return merged, [op for op in left if id(op) not in gone]
-
-
-def _attr_text(op) -> str:
-    attrs = op.operation.attributes
-    return ";".join(sorted(f"{attrs[i].name}={attrs[i].attr}" for i in range(len(attrs))))
 
 
 def erase_dead_collectives(module) -> int:

@@ -23,7 +23,7 @@ from shard_opt.candidates import Group
 from shard_opt.facts import Cost, ModuleFacts
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.passes.add_mesh import AddMesh
+from shard_opt.passes.add_mesh import set_mesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.collect_collectives import CollectCollectives
@@ -31,7 +31,7 @@ from shard_opt.passes.inline_calls import inline_calls
 from shard_opt.passes.mark_fusions import mark_fusions
 from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.weights import WeightFormats, matmul_weight_roles
-from shard_opt.passes.shardy_propagate import ShardyPropagate
+from shard_opt.passes.shardy_propagate import ShardyPropagate, insert_guards
 from shard_opt.sharding import Mesh, TensorSharding
 
 
@@ -137,6 +137,7 @@ def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
 
 
 _UIDS = itertools.count()
+_GUARDED = dict(guard_opaque_ops=False, guard_moved_dims=False)  # Evaluator.module() has them already
 
 
 def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
@@ -240,20 +241,25 @@ class Evaluator:
         return self.stats["seconds"] / n if n else self._stored_seconds
 
     def module(self):
-        """The prepared module, parsed once; each candidate runs on a copy (cloning is ten
-        times faster than parsing the text again)."""
+        """The prepared module, parsed once, with what every candidate shares: this
+        evaluator's mesh (``add-mesh``) and ``shardy-propagate``'s guards (they depend on
+        the ops alone). Each candidate runs on a copy (cloning is ten times faster than
+        parsing the text again)."""
         if self._module is None:
-            self._module = ir.parse(self.text, filename=self.model.name)
+            module = ir.parse(self.text, filename=self.model.name)
+            set_mesh(module, self.mesh)
+            insert_guards(module)
+            self._module = module
         return self._module
 
     def _run_passes(self, shardings: dict[int, TensorSharding], after: list, constraints: dict | None = None):
-        """A fresh copy of the module with the mesh, ``shardings`` and ``constraints``
-        applied, then ``after`` run on it: (module, pass context)."""
+        """A fresh copy of the module (its mesh and guards in place) with ``shardings`` and
+        ``constraints`` applied, then ``after`` run on it: (module, pass context)."""
         module = self.module().operation.clone()
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings, constraints=constraints or {},
                           storage=self.storage)
-        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)
+        PassManager([ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)
         return module, ctx
 
     def propagate(self, shardings: dict[int, TensorSharding], *, constraints: dict | None = None,
@@ -261,7 +267,7 @@ class Evaluator:
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         # candidates that are only priced skip the IR verifier; a kept IR is verified
-        module, ctx = self._run_passes(shardings, [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir),
+        module, ctx = self._run_passes(shardings, [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir, **_GUARDED),
                                                    CollectCollectives(annotate=keep_ir)], constraints)
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
@@ -353,7 +359,7 @@ class Evaluator:
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
         constraints = {groups[gi].role: groups[gi].options[option]} if groups[gi].by == "site" else {}
         module, _ = self._run_passes(
-            shardings, [ShardyPropagate(pipeline=self.pipeline, explicit_collectives=False, verify=False)],
+            shardings, [ShardyPropagate(pipeline=self.pipeline, explicit_collectives=False, verify=False, **_GUARDED)],
             constraints)
         found = arg_shardings(ir.main_func(module))
         follows = {}
