@@ -85,16 +85,27 @@ def _attribute(text: str):
 def _set_attrs(func, key: str, count: int, shardings: dict, keep_existing: bool = False) -> None:
     irm = ir.ir()
     old = func.attributes[key] if key in func.attributes else None
+    context = irm.Context.current
     new = []
     for i in range(count):
-        entries = {}
-        if old is not None:
-            d = irm.DictAttr(old[i])
-            for j in range(len(d)):
-                na = d[j]
-                entries[na.name] = na.attr
         s = shardings.get(i)
-        if s is not None and not (keep_existing and "sdy.sharding" in entries):
-            entries["sdy.sharding"] = _attribute(s.to_attr())
-        new.append(irm.DictAttr.get(entries))
+        new.append(_with_sharding(old[i] if old is not None else None, s.to_attr() if s is not None else None,
+                                  keep_existing, context))
     func.attributes[key] = irm.ArrayAttr.get(new)
+
+
+@functools.lru_cache(maxsize=16384)
+def _with_sharding(old, sharding: str | None, keep_existing: bool, context):
+    """The attribute dictionary ``old`` (or an empty one) with ``sdy.sharding`` set to
+    ``sharding`` (unless ``keep_existing`` and it has one); once per (dictionary, sharding):
+    a search writes the same few on every candidate (attributes are uniqued)."""
+    irm = ir.ir()
+    entries = {}
+    if old is not None:
+        d = irm.DictAttr(old)
+        for j in range(len(d)):
+            na = d[j]
+            entries[na.name] = na.attr
+    if sharding is not None and not (keep_existing and "sdy.sharding" in entries):
+        entries["sdy.sharding"] = _parsed(sharding, context)
+    return irm.DictAttr.get(entries, context)

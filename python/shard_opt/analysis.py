@@ -32,7 +32,7 @@ import re
 
 from shard_opt import ir
 from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS
-from shard_opt.facts import Collective, ModuleFacts, OpWork, dtype_bytes
+from shard_opt.facts import DTYPE_BYTES, Collective, ModuleFacts, OpWork, dtype_bytes
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
 
 SDY_COLLECTIVES = {
@@ -114,8 +114,14 @@ def arg_shardings(func) -> list[TensorSharding | None]:
     out = []
     for a in func.attributes["arg_attrs"]:
         d = irm.DictAttr(a)
-        out.append(TensorSharding.parse(str(d["sdy.sharding"])) if "sdy.sharding" in d else None)
+        out.append(_sharding_attr(d["sdy.sharding"]) if "sdy.sharding" in d else None)
     return out + [None] * (n - len(out))
+
+
+@functools.lru_cache(maxsize=16384)
+def _sharding_attr(attr) -> TensorSharding:
+    """``TensorSharding.parse`` of an ``sdy.sharding`` attribute, keyed by the (uniqued) attribute."""
+    return TensorSharding.parse(str(attr))
 
 
 class _Group:
@@ -157,10 +163,11 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     origin: dict = {}  # Value -> index of the nearest upstream parameter argument
     facts = ModuleFacts(mesh.shape, mesh.axes)
     for a, s, kind in zip(args, arg_shardings(func), kinds):
-        shape, dtype = ir.tensor_type(a.type) or ((), "f32")
+        t = a.type
+        shape = _local_type(t, None, None)[0]
         if s is not None:
             shard[a] = s
-        local = s.local_shape(shape, _mesh_for(s, meshes, mesh)) if s else shape
+        local, dtype = _local_type(t, s, _mesh_for(s, meshes, mesh) if s else None)
         dtype = storage.get(a.arg_number, dtype)
         if a.arg_number in storage:
             stored[a] = dtype
@@ -532,7 +539,7 @@ def _local_type(t, s: TensorSharding | None, mesh: Mesh | None) -> tuple[tuple[i
 
 
 def _nbytes(shape, dtype: str) -> int:
-    return int(math.prod(shape) * dtype_bytes(dtype))
+    return int(math.prod(shape) * DTYPE_BYTES.get(dtype, 4))  # facts.dtype_bytes, inline
 
 
 def _is_splat(op) -> bool:

@@ -104,12 +104,16 @@ def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
 
 
 def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
-    """Group key -> argument indices of ``model`` (by role and by shape; see ``Group.key``)."""
-    out: dict[tuple, list[int]] = {}
-    for a in model.arguments:
-        out.setdefault((a.role, a.shape, a.kind), []).append(a.index)
-        out.setdefault(("shape", a.shape), []).append(a.index)
-    return out
+    """Group key -> argument indices of ``model`` (by role and by shape; see ``Group.key``);
+    computed once per model (every candidate asks)."""
+    cached = model.meta.get("_group_members")
+    if cached is None or cached[0] is not model.arguments:  # (a copy of a model shares its meta)
+        out: dict[tuple, list[int]] = {}
+        for a in model.arguments:
+            out.setdefault((a.role, a.shape, a.kind), []).append(a.index)
+            out.setdefault(("shape", a.shape), []).append(a.index)
+        cached = model.meta["_group_members"] = (model.arguments, out)
+    return cached[1]
 
 
 def follows_consumer(arg) -> bool:

@@ -194,16 +194,28 @@ class TensorSharding:
         return {a.name for d in self.dims for a in d}
 
     def body(self) -> str:
-        parts = []
-        for i, d in enumerate(self.dims):
-            axes = [str(a) for a in d]
-            if i in self.open_dims:
-                axes.append("?")
-            parts.append("{" + ", ".join(axes) + "}")
-        return f"<@{self.mesh_name}, [{', '.join(parts)}]>"
+        """``<@mesh, [{"model"}, {}]>``: the attribute's body (candidate keys are made of them)."""
+        return _body(self)
 
     def to_attr(self) -> str:
-        return f"#sdy.sharding{self.body()}"
+        return _to_attr(self)
 
     def __str__(self) -> str:
         return self.to_attr()
+
+
+@functools.lru_cache(maxsize=65536)
+def _body(s: TensorSharding) -> str:
+    # once per sharding: a search writes and keys the same few hundred on every candidate
+    parts = []
+    for i, d in enumerate(s.dims):
+        axes = [str(a) for a in d]
+        if i in s.open_dims:
+            axes.append("?")
+        parts.append("{" + ", ".join(axes) + "}")
+    return f"<@{s.mesh_name}, [{', '.join(parts)}]>"
+
+
+@functools.lru_cache(maxsize=65536)
+def _to_attr(s: TensorSharding) -> str:
+    return f"#sdy.sharding{_body(s)}"
