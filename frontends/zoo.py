@@ -356,7 +356,10 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
     lower the 1- and 2-block copies here: a ``PendingModel`` whose provisional arguments
     are predicted from the copies (``predict_arguments``), so the driver starts the work
     that needs only them before the child is done. None when that cannot help (the model
-    is in the cache; one job only, ``SHARD_OPT_JOBS=1``). The child reads and writes the
+    is in the cache; one job only, ``SHARD_OPT_JOBS=1``; or, once the copies are lowered,
+    the whole model is hardly bigger than they are, ``_whole_is_small``: the child is
+    stopped and the caller lowers the model here, in about the time of one more copy,
+    while the child would still be importing). The child reads and writes the
     same cache (none when it is off) and its cache statistics are added to this
     process's; when it fails, ``build()`` lowers the model here (and reports any error).
     ``attach(model)`` finishes the model either way (its ``with_layers``)."""
@@ -384,6 +387,12 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
         child.kill()
         child.wait()
         raise
+    if copies is not None and _whole_is_small(copies):
+        # lowering the whole model here costs about one more short copy; the child is
+        # still paying its imports (seconds) before it even starts: lower it here
+        child.kill()
+        child.wait()
+        return None
     if copies is not None:
         arguments = predict_arguments(copies[0].arguments, copies[1].arguments,
                                       copies[0].meta.get("total_layers") or 0)
@@ -415,6 +424,22 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
             return model
 
     return PendingModel(provisional, finish)
+
+
+SMALL_WHOLE = 1.5  # lower the whole model in-process when it is at most this many times its 2-block copy
+
+
+def _whole_is_small(copies: list) -> bool:
+    """Whether the whole model is hardly bigger than its 2-block copy (``copies``: the 1- and
+    2-block copies), by module text: a block is the 2-block copy's extra text, and the whole
+    model is the rest plus every block. The Wan VAE decoder's 3 blocks are ~6% of it: the
+    whole model is 1.06x its 2-block copy; Llama-3-8B's 32 are ~14x."""
+    layers = copies[0].meta.get("total_layers") or 0
+    one, two = len(copies[0].text), len(copies[1].text)
+    block = two - one
+    if layers < 2 or block <= 0:
+        return False
+    return (one - block + layers * block) <= SMALL_WHOLE * two
 
 
 def _lower_child() -> None:

@@ -66,3 +66,16 @@ def test_look_ahead_gives_the_plan_of_the_real_model():
     wrong = dataclasses.replace(real, text="", arguments=args)
     assert not same_arguments(wrong, real)
     assert _plan(PendingModel(wrong, lambda: real)) == want
+
+
+def test_a_whole_model_hardly_bigger_than_its_copies_is_lowered_here():
+    from shard_opt.frontends.zoo import _whole_is_small
+
+    def copy(chars, layers):
+        return LoweredModel("m", "x" * chars, [], meta={"total_layers": layers})
+
+    # the Wan VAE decoder's module text: 3 blocks of ~5.6k characters on a rest of ~88k
+    assert _whole_is_small([copy(93416, 3), copy(99040, 3)])
+    # a 32-block language model: the whole is ~14x its 2-block copy, a child lowers it
+    assert not _whole_is_small([copy(60000, 32), copy(65000, 32)])
+    assert not _whole_is_small([copy(60000, 1), copy(60000, 1)])  # no block to measure
