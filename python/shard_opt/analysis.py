@@ -264,15 +264,36 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         name = op.name  # an Operation (_walk): no OpView to build
         operands, results = list(op.operands), list(op.results)  # each access is a binding call
         attrs = op.attributes
-        shardings = _per_value_of(attrs)
+        # _per_value_of, inline: once per op
+        if "sdy.sharding" in attrs:
+            shardings = _per_value_attr(attrs["sdy.sharding"])
+        elif "out_sharding" in attrs:
+            shardings = [TensorSharding.parse(str(attrs["out_sharding"]))]
+        else:
+            shardings = None
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
-                value_local.pop(r, None)  # forget(r), inline: once per op
+                value_local.pop(r, None)  # forget(r), inline
                 value_bytes.pop(r, None)
         if name == "stablehlo.add":
             adds.append(op)
-        _propagate_origin(operands, results, origin, weight_values)
+        # _propagate_origin, inline: a result belongs to the weight it was computed from,
+        # else to its first operand's
+        here = first = None
+        for o in operands:
+            got = origin.get(o)
+            if got is not None:
+                if o in weight_values:
+                    here = got
+                    break
+                if first is None:
+                    first = got
+        if here is None:
+            here = first
+        if here is not None:
+            for r in results:
+                origin[r] = here
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
                 if name != "stablehlo.iota" and _is_splat(op):
@@ -625,15 +646,12 @@ def _collective(op, name: str, operand, result, index, local_of, shard, mesh, me
         axes = sorted({a for d in ins + outs for a in d if (d in ins) != (d in outs)} or
                       {a for d in ins for a in d})
         refs = [AxisRef(a) for a in axes]
+    m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
+    if kind == "collective_permute":
+        group = math.prod(r.length(m) for r in refs if r.name in m.axes)
     else:  # the axes the op's own attributes name (sub-axes keep their size)
         attrs = op.attributes
-        refs = list(dict.fromkeys(
-            r for i in range(len(attrs)) for na in (attrs[i],)
-            if na.name != "out_sharding" and not na.name.startswith("shard_opt.") for r in _axis_refs(na.attr)
-        ))
-        axes = list(dict.fromkeys(r.name for r in refs))
-    m = meshes.get(out_s.mesh_name, mesh) if out_s else mesh
-    group = math.prod(r.length(m) for r in refs if r.name in m.axes)
+        axes, group = _named_axes(tuple((na.name, na.attr) for na in (attrs[i] for i in range(len(attrs)))), m)
     owner = operand.owner
     producer = owner.name if hasattr(owner, "name") and not _is_block(owner) else "argument"
     consumers = sorted({u.owner.name for u in result.uses})
@@ -646,6 +664,17 @@ def _collective(op, name: str, operand, result, index, local_of, shard, mesh, me
         bytes_per_device=math.prod(in_local) * dtype_bytes(dtype), group_size=group,
         op_index=index, loc=loc, producer=producer, reason=reason, origin_arg=origin_arg,
     )
+
+
+@functools.lru_cache(maxsize=8192)
+def _named_axes(named: tuple, mesh: Mesh) -> tuple[list[str], int]:
+    """(axis names, group size) of a collective with attributes ``named`` ((name, attribute)
+    pairs): the axes and sub-axes its attributes name besides ``out_sharding``, once per
+    (uniqued) attribute set."""
+    refs = list(dict.fromkeys(r for name, attr in named
+                              if name != "out_sharding" and not name.startswith("shard_opt.")
+                              for r in _axis_refs(attr)))
+    return list(dict.fromkeys(r.name for r in refs)), math.prod(r.length(mesh) for r in refs if r.name in mesh.axes)
 
 
 @functools.lru_cache(maxsize=4096)
