@@ -36,7 +36,7 @@ class ZooEntry:
     inputs: str  # "tokens", "image", "wan-dit", "wan-vae", "hidden"
     causal_lm: bool = False
     hidden: int = 0  # feature size for "hidden" inputs
-    repeated: bool = True  # has repeated blocks: the search also lowers 1- and 2-block copies
+    repeated: bool = True  # has repeated blocks: the search also lowers 1- and 2-block copies (unless scored whole)
 
 
 def _on_meta(fn):
@@ -333,14 +333,16 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
         return copies[k]
 
     def attach(model: LoweredModel) -> None:
-        if model.num_layers:  # the model has repeated blocks
+        from shard_opt.frontends.torch_frontend import scored_whole
+
+        if model.num_layers and not scored_whole(model.meta):  # repeated blocks worth short copies
             model.with_layers = with_layers
 
     def build() -> LoweredModel:
         return cached(parts, lambda: _lower_zoo(entry, where, **parts))
 
     if background and layers is None and entry.repeated:
-        pending = lower_beside(parts, with_layers, build, attach)
+        pending = lower_beside(parts, with_layers, build, attach, whole=lambda: _scored_whole(entry))
         if pending is not None:
             return pending
         from shard_opt import parallel
@@ -351,15 +353,24 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
     return lowered
 
 
-def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
+def _scored_whole(entry: ZooEntry) -> bool:
+    """Whether ``entry``'s model is scored whole (``torch_frontend.scored_whole``), from its
+    meta-device build (milliseconds once torch and the model's library are imported)."""
+    from shard_opt.frontends.torch_frontend import find_repeated_blocks, scored_whole, whole_per_two_blocks
+
+    model = entry.build(None)
+    found = find_repeated_blocks(model)
+    return found is not None and scored_whole({"whole_per_two_blocks": whole_per_two_blocks(model),
+                                               "total_layers": len(found[1])})
+
+
+def lower_beside(parts: dict, short, build, attach, whole=lambda: False) -> PendingModel | None:
     """``load_zoo(**parts)`` lowered by a child process while ``short(1)`` and ``short(2)``
     lower the 1- and 2-block copies here: a ``PendingModel`` whose provisional arguments
     are predicted from the copies (``predict_arguments``), so the driver starts the work
     that needs only them before the child is done. None when that cannot help (the model
-    is in the cache; one job only, ``SHARD_OPT_JOBS=1``; or, once the copies are lowered,
-    the whole model is hardly bigger than they are, ``_whole_is_small``: the child is
-    stopped and the caller lowers the model here, in about the time of one more copy,
-    while the child would still be importing). The child reads and writes the
+    is in the cache; one job only, ``SHARD_OPT_JOBS=1``; or ``whole()``: the model is scored
+    whole, with no copies to lower meanwhile, and the child is stopped). The child reads and writes the
     same cache (none when it is off) and its cache statistics are added to this
     process's; when it fails, ``build()`` lowers the model here (and reports any error).
     ``attach(model)`` finishes the model either way (its ``with_layers``)."""
@@ -380,6 +391,12 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
         stdout=subprocess.PIPE, env=env)
     provisional = None
     try:
+        if whole():
+            # scored whole: no short copies to lower here, so nothing to do beside the
+            # child, which is still importing: the caller lowers the model itself
+            child.kill()
+            child.wait()
+            return None
         copies = [short(1), short(2)]
     except UserError:
         copies = None  # no repeated blocks after all, or too few: only the child's model
@@ -387,12 +404,6 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
         child.kill()
         child.wait()
         raise
-    if copies is not None and _whole_is_small(copies):
-        # lowering the whole model here costs about one more short copy; the child is
-        # still paying its imports (seconds) before it even starts: lower it here
-        child.kill()
-        child.wait()
-        return None
     if copies is not None:
         arguments = predict_arguments(copies[0].arguments, copies[1].arguments,
                                       copies[0].meta.get("total_layers") or 0)
@@ -426,22 +437,6 @@ def lower_beside(parts: dict, short, build, attach) -> PendingModel | None:
     return PendingModel(provisional, finish)
 
 
-SMALL_WHOLE = 1.5  # lower the whole model in-process when it is at most this many times its 2-block copy
-
-
-def _whole_is_small(copies: list) -> bool:
-    """Whether the whole model is hardly bigger than its 2-block copy (``copies``: the 1- and
-    2-block copies), by module text: a block is the 2-block copy's extra text, and the whole
-    model is the rest plus every block. The Wan VAE decoder's 3 blocks are ~6% of it: the
-    whole model is 1.06x its 2-block copy; Llama-3-8B's 32 are ~14x."""
-    layers = copies[0].meta.get("total_layers") or 0
-    one, two = len(copies[0].text), len(copies[1].text)
-    block = two - one
-    if layers < 2 or block <= 0:
-        return False
-    return (one - block + layers * block) <= SMALL_WHOLE * two
-
-
 def _lower_child() -> None:
     """The child of ``lower_beside``: lower ``sys.argv[1]``'s parts, pickle the result to
     the original stdout (what the lowering prints goes to stderr)."""
@@ -468,12 +463,13 @@ def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, ba
                phase: str, dtype: str, describe: bool) -> LoweredModel:
     from shard_opt.frontends import hf
     from shard_opt.frontends.torch_frontend import (TorchProgram, find_repeated_blocks, lower_program, torch_dtype,
-                                                    truncate_layers)
+                                                    truncate_layers, whole_per_two_blocks)
 
     tdt = torch_dtype(dtype)
     full = entry.build(None)
     found = find_repeated_blocks(full)
     total = len(found[1]) if found else None
+    share = whole_per_two_blocks(full) if found else None
     kept = total
     if layers is not None:
         if total is None:
@@ -498,6 +494,8 @@ def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, ba
             prog.kwargs["return_dict"] = False
     prog.total_layers, prog.num_layers = total, kept
     prog.meta.update({"zoo": name, "hf_id": entry.source, "phase": phase, "batch": batch, "seq_len": seq_len})
+    if share is not None:
+        prog.meta["whole_per_two_blocks"] = share
     if name == "mixtral-8x7b":
         prog.meta["moe_flops_factor"] = MIXTRAL_8X7B["num_local_experts"] / MIXTRAL_8X7B["num_experts_per_tok"]
     return lower_program(prog, name=name, dtype=dtype, where=where, source="zoo", describe=describe)

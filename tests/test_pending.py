@@ -68,14 +68,23 @@ def test_look_ahead_gives_the_plan_of_the_real_model():
     assert _plan(PendingModel(wrong, lambda: real)) == want
 
 
-def test_a_whole_model_hardly_bigger_than_its_copies_is_lowered_here():
-    from shard_opt.frontends.zoo import _whole_is_small
+def test_a_model_hardly_bigger_than_its_2_block_copy_is_scored_whole():
+    from torch import nn
 
-    def copy(chars, layers):
-        return LoweredModel("m", "x" * chars, [], meta={"total_layers": layers})
+    from shard_opt.frontends.torch_frontend import scored_whole, whole_per_two_blocks
 
-    # the Wan VAE decoder's module text: 3 blocks of ~5.6k characters on a rest of ~88k
-    assert _whole_is_small([copy(93416, 3), copy(99040, 3)])
-    # a 32-block language model: the whole is ~14x its 2-block copy, a child lowers it
-    assert not _whole_is_small([copy(60000, 32), copy(65000, 32)])
-    assert not _whole_is_small([copy(60000, 1), copy(60000, 1)])  # no block to measure
+    def model(blocks: int, rest: int) -> nn.Module:
+        m = nn.Module()
+        m.stem = nn.Sequential(*[nn.Linear(4, 4) for _ in range(rest)])
+        m.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(blocks))
+        return m
+
+    # a VAE decoder's shape: 3 small blocks on a large rest (the Wan VAE: 1.07)
+    small = whole_per_two_blocks(model(3, 40))
+    assert small == round(46 / 44, 3) and scored_whole({"whole_per_two_blocks": small, "total_layers": 3})
+    # a language model's: 32 blocks, a small rest
+    deep = whole_per_two_blocks(model(32, 2))
+    assert deep == round(66 / 6, 3) and not scored_whole({"whole_per_two_blocks": deep, "total_layers": 32})
+    assert whole_per_two_blocks(nn.Linear(4, 4)) is None and not scored_whole({})
+    # two blocks: scored whole anyway; the 1-block copy still gives the structure
+    assert not scored_whole({"whole_per_two_blocks": 1.0, "total_layers": 2})
