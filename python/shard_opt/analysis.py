@@ -259,6 +259,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.exits[operand] = nbytes(operand)
 
     # a module of one function has no call to expand: walk it directly
+    # the hot lookups, bound once (a local name is cheaper than an attribute lookup)
+    origin_get, src_get, group_of_get, stored_get = origin.get, src.get, group_of.get, stored.get
+    value_local_get, shard_get, locals_get = value_local.get, shard.get, locals_.get
+    ops_append = facts.ops.append
     ops = _walk(func) if len(functions) <= 1 else program(func)
     for index, op in enumerate(ops):
         name = op.name  # an Operation (_walk): no OpView to build
@@ -282,7 +286,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         # else to its first operand's
         here = first = None
         for o in operands:
-            got = origin.get(o)
+            got = origin_get(o)
             if got is not None:
                 if o in weight_values:
                     here = got
@@ -305,12 +309,12 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                         if o0 in tracked:
                             tracked.update(results)
                     if results:
-                        base = src.get(o0, o0)
+                        base = src_get(o0, o0)
                         src[results[0]] = base
                         if base in stored:
                             stored[results[0]] = stored[base]
                             forget(results[0])
-                        g = group_of.get(o0)
+                        g = group_of_get(o0)
                         if g is not None and name != "sdy.sharding_constraint":
                             group_of[results[0]] = g  # a view of a group's value is still inside it
                 else:
@@ -334,7 +338,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         if name == "sdy.mesh" or not results:
             continue
-        outs = [local_of(r) for r in results]
+        outs = []
+        for r in results:  # local_of, its memo hit inline
+            got = value_local_get(r)
+            outs.append(got if got is not None else local_of(r))
         flops = _flops(op, operands, outs, name, local_of)
         label = attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
         if label is not None:
@@ -344,8 +351,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.flops += flops
             for o in operands:
                 reads_group_value(o, g)
-                base = src.get(o, o)
-                if group_of.get(o) is not g and base not in g.reads:
+                base = src_get(o, o)
+                if group_of_get(o) is not g and base not in g.reads:
                     b = read_bytes(o)
                     g.reads[base] = b
                     if o in weight_values:
@@ -362,7 +369,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         weight = None
         if group_of:
             for o in operands:
-                g = group_of.get(o)
+                g = group_of_get(o)
                 if g is not None and o not in g.exits:
                     g.exits[o] = nbytes(o)
         for o in operands:
@@ -374,17 +381,20 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
                                                    cache_values)
         else:  # every operand read where it is stored, every result written
-            bytes_out = sum(nbytes(r) for r in results)
+            bytes_out = 0
+            for r in results:
+                bytes_out += nbytes(r)
             bytes_in = wbytes = 0
             for o in operands:
-                b = read_bytes(o)
+                base = src_get(o, o)  # read_bytes, inline
+                b = 0 if base in free_values else nbytes(base)
                 bytes_in += b
                 if o in weight_values:
                     wbytes += b
         fidelity = None
         if stored:
             for o in operands:
-                base = src.get(o, o)
+                base = src_get(o, o)
                 if base in stored:
                     fidelity = stored[base]
                     break
@@ -394,7 +404,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             kind = "gather"
         else:
             kind = _kind(op, name) if name == "stablehlo.custom_call" else ""
-        facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
+        ops_append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
                                 kind, fidelity))
         peak = bytes_in - wbytes + bytes_out
         if peak > facts.peak_activation_bytes:

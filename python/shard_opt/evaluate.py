@@ -126,12 +126,21 @@ def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[in
     """Argument index -> sharding for ``model``'s arguments: the chosen option, else closed
     and replicated; arguments that follow their consumer are left out (open)."""
     members = group_members(model)
-    out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments
-           if not follows_consumer(a)}
+    out = dict(_defaults(model))
     for g, choice in zip(groups, assignment):
         for idx in members.get(g.key(), ()):
             out[idx] = g.options[choice]
     return out
+
+
+def _defaults(model: LoweredModel) -> dict[int, TensorSharding]:
+    """Argument index -> closed and replicated, for the arguments that do not follow their
+    consumer; once per model (shardings are immutable: every candidate shares them)."""
+    cached = model.meta.get("_defaults")
+    if cached is None or cached[0] is not model.arguments:
+        out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments if not follows_consumer(a)}
+        cached = model.meta["_defaults"] = (model.arguments, out)
+    return cached[1]
 
 
 def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
