@@ -89,11 +89,11 @@ def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorShardin
 
 def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     """The plan for ``model`` (see the module docstring). A ``PendingModel`` (a zoo model
-    still lowering in another process) is looked ahead of: the scorer, the structure and
-    the baselines need only its arguments, so they run on its provisional model; then the
-    real model is waited for (the safety limits read its module), and when its arguments
-    are not the ones predicted, everything starts again from it (the plan is the same
-    either way)."""
+    still lowering in another process) is looked ahead of: the scorer, the structure, the
+    baselines and the search need only its arguments and its short copies, so they run on
+    its provisional model; then the real model is waited for (the final evaluation and the
+    plan read its module), and when its arguments are not the ones predicted, everything
+    starts again from it (the plan is the same either way)."""
     pending = model if isinstance(model, PendingModel) else None
     if pending is not None:
         ahead = pending.provisional
@@ -124,12 +124,6 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
             baselines["loader-spec"] = _loader_baseline(model, scorer, user)
-    if pending is not None and model is not pending.resolve():
-        # what follows reads the module itself: the real model from here on
-        real = pending.resolve()
-        if not same_arguments(model, real) or real.meta.get("shard_spec") is not None:
-            return optimize(real, opts)  # the prediction was wrong: start from the model
-        model = real
     limit, removed = safety.limits(model, structure, opts.allow), {}
     mega, adjusted = _within_limits(model, mega, limit, meshes)
     if adjusted and "megatron" in baselines:
@@ -143,7 +137,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
     with timing.phase("search"):
         t0 = time.monotonic()
-        sites = site_groups(model.text, meshes, set(opts.parallelism), model.arguments)
+        short = safety.layer_copy(model)  # the sites of a layer are every layer's
+        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                         scorer=scorer, progress=progress, seeds=seeds, sites=sites)
         seconds = time.monotonic() - t0
@@ -184,6 +179,13 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
                 stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
             assignment, score = alt, alt_score
 
+    if pending is not None and model is not pending.resolve():
+        # the search read the short copies alone (its limits and sites too: safety.layer_copy);
+        # what follows reads the whole module: the real model from here on
+        real = pending.resolve()
+        if not same_arguments(model, real) or real.meta.get("shard_spec") is not None:
+            return optimize(real, opts)  # the prediction was wrong: start from the model
+        model = real
     with timing.phase("final"):
         final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
     with timing.phase("analysis"):

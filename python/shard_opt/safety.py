@@ -101,11 +101,14 @@ def allowed(option, arg, limit: dict, mesh) -> str | None:
 
 def gather_indexed_dims(model) -> set[tuple[int, int]]:
     """(argument, dim) of every table a ``stablehlo.gather`` indexes, for each dim it
-    indexes (``start_index_map``): an embedding table's vocabulary."""
+    indexes (``start_index_map``): an embedding table's vocabulary. A model scored from
+    its short copies is read from its 1-layer copy, whose tables map onto every layer by
+    role (``layer_copy``): the whole module need not be parsed, nor even lowered yet."""
     from shard_opt import ir
     from shard_opt.dataflow import Graph, attr_ints
 
-    g = Graph.of(ir.parse(model.text, filename=model.name), [a.kind for a in model.arguments])
+    short = layer_copy(model)
+    g = Graph.of(ir.parse(short.text, filename=short.name), [a.kind for a in short.arguments])
     out = set()
     for node in g.nodes:
         if node.name != "stablehlo.gather":
@@ -114,7 +117,20 @@ def gather_indexed_dims(model) -> set[tuple[int, int]]:
         if table is not None:
             for d in attr_ints(g.attr(node, "dimension_numbers"), "start_index_map"):
                 out.add((table, d))
-    return out
+    if short is model:
+        return out
+    by_role: dict[tuple, list[int]] = {}
+    for a in model.arguments:
+        by_role.setdefault((a.role, a.shape), []).append(a.index)
+    return {(i, d) for t, d in out for i in by_role.get((short.arguments[t].role, short.arguments[t].shape), ())}
+
+
+def layer_copy(model):
+    """The 1-layer copy of a model scored from its short copies (more than two repeated
+    layers, ``search.make_scorer``), else the model: what a layer holds, every layer holds."""
+    if model.with_layers is not None and (model.num_layers or 0) > 2:
+        return model.with_layers(1)
+    return model
 
 
 def broken_by(model, shardings: dict, limit: dict, meshes, violations=()) -> set[str]:
