@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from shard_opt.errors import UserError
-from shard_opt.lowered import Argument, LoweredModel
+from shard_opt.lowered import Argument, LoweredModel, scored_whole
 
 DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "f16": torch.float16}
 TORCH_TO_MLIR = {
@@ -143,19 +143,10 @@ def find_repeated_blocks(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     return best
 
 
-# A model whose whole is at most this many times its 2-block copy is scored whole, with no
-# short copies: a layered score (shard_opt.evaluate.LayeredEvaluator) screens each
-# candidate on the 1-block copy and verifies it on the 2-block copy too, and lowers both;
-# when the blocks are a small part of the model the two copies cost more than the model
-# (the search verifies about one candidate in five: a whole run costs less than a 1-block
-# run plus a fifth of a 2-block run below ~1.2x). The Wan VAE decoder is 1.07x its 2-block
-# copy; every other zoo model with blocks is 9x or more.
-SCORED_WHOLE = 1.25
-
-
 def whole_per_two_blocks(model: nn.Module) -> float | None:
     """The whole model's size over its 2-block copy's, counted in leaf modules (a proxy for
-    the ops each lowers to); None when the model has no repeated blocks."""
+    the ops each lowers to); None when the model has no repeated blocks. Kept in the
+    model's meta; ``shard_opt.lowered.scored_whole`` reads it."""
     found = find_repeated_blocks(model)
     if found is None:
         return None
@@ -166,14 +157,6 @@ def whole_per_two_blocks(model: nn.Module) -> float | None:
     total, block, count = leaves(model), leaves(found[1][0]), len(found[1])
     two = total - (count - 2) * block
     return round(total / two, 3) if two > 0 else None
-
-
-def scored_whole(meta: dict) -> bool:
-    """Whether a model with these ``meta`` is scored whole (``SCORED_WHOLE``): more than
-    two blocks (with two or fewer the search scores the model whole anyway, and the
-    1-block copy still gives the structure), yet hardly bigger than two of them."""
-    ratio = meta.get("whole_per_two_blocks")
-    return ratio is not None and ratio <= SCORED_WHOLE and (meta.get("total_layers") or 0) > 2
 
 
 def truncate_layers(model: nn.Module, layers: int, where: str) -> tuple[int, int]:
@@ -726,6 +709,6 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
                                     spec=spec)
         return copies[k]
 
-    if total and not scored_whole(lowered.meta):
+    if total and not scored_whole(lowered.meta):  # shard_opt.lowered
         lowered.with_layers = with_layers
     return lowered

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from shard_opt.errors import UserError
-from shard_opt.lowered import LoweredModel, PendingModel, predict_arguments
+from shard_opt.lowered import LoweredModel, PendingModel, predict_arguments, scored_whole
 
 
 @dataclass(frozen=True)
@@ -333,8 +333,6 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
         return copies[k]
 
     def attach(model: LoweredModel) -> None:
-        from shard_opt.frontends.torch_frontend import scored_whole
-
         if model.num_layers and not scored_whole(model.meta):  # repeated blocks worth short copies
             model.with_layers = with_layers
 
@@ -354,9 +352,9 @@ def load_zoo(name: str, *, layers: int | None = None, batch: int = 1, seq_len: i
 
 
 def _scored_whole(entry: ZooEntry) -> bool:
-    """Whether ``entry``'s model is scored whole (``torch_frontend.scored_whole``), from its
+    """Whether ``entry``'s model is scored whole (``shard_opt.lowered.scored_whole``), from its
     meta-device build (milliseconds once torch and the model's library are imported)."""
-    from shard_opt.frontends.torch_frontend import find_repeated_blocks, scored_whole, whole_per_two_blocks
+    from shard_opt.frontends.torch_frontend import find_repeated_blocks, whole_per_two_blocks
 
     model = entry.build(None)
     found = find_repeated_blocks(model)

@@ -71,7 +71,8 @@ def test_look_ahead_gives_the_plan_of_the_real_model():
 def test_a_model_hardly_bigger_than_its_2_block_copy_is_scored_whole():
     from torch import nn
 
-    from shard_opt.frontends.torch_frontend import scored_whole, whole_per_two_blocks
+    from shard_opt.frontends.torch_frontend import whole_per_two_blocks
+    from shard_opt.lowered import scored_whole
 
     def model(blocks: int, rest: int) -> nn.Module:
         m = nn.Module()

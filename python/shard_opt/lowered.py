@@ -150,6 +150,25 @@ class LoweredModel:
     meta: dict = field(default_factory=dict)
 
 
+# A model whose whole is at most this many times its 2-block copy is scored whole, with no
+# short copies: a layered score (shard_opt.evaluate.LayeredEvaluator) screens each
+# candidate on the 1-block copy and verifies it on the 2-block copy too, and lowers both;
+# when the blocks are a small part of the model the two copies cost more than the model
+# (the search verifies about one candidate in five: a whole run costs less than a 1-block
+# run plus a fifth of a 2-block run below ~1.2x). The Wan VAE decoder is 1.07x its 2-block
+# copy; every other zoo model with blocks is 9x or more.
+SCORED_WHOLE = 1.25
+
+
+def scored_whole(meta: dict) -> bool:
+    """Whether a model with these ``meta`` is scored whole (``SCORED_WHOLE``): more than
+    two blocks (with two or fewer the search scores the model whole anyway, and the
+    1-block copy still gives the structure), yet hardly bigger than two of them (its
+    ``whole_per_two_blocks``, which the torch frontend records)."""
+    ratio = meta.get("whole_per_two_blocks")
+    return ratio is not None and ratio <= SCORED_WHOLE and (meta.get("total_layers") or 0) > 2
+
+
 class PendingModel:
     """A model another process is still lowering, standing in for it.
 
