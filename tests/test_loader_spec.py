@@ -29,6 +29,10 @@ def test_a_loader_spec_is_a_baseline_compared_component_by_component(run_cli, tm
     rows = {r["component"]: r for r in plan["loader_comparison"]}
     q = rows["model.layers.*.self_attn.q_proj.weight"]
     assert q["expert"] == [["model"], []] and q["delta_us"] >= 0 and "us" in q["reason"]
+    # priced whole (2 layers): the spec's collectives by component, counted as its ccl_count
+    assert "layer_collectives" not in base and len(base["collectives"]) == base["ccl_count"]
+    down = [c for c in base["collectives"] if c["component"] == "model.layers.1.mlp.down_proj"]
+    assert [c["kind"] for c in down] == ["all_reduce"]  # the row-parallel down_proj's partial sums
 
 
 def test_evaluate_prices_the_loader_spec_alone(run_cli, tmp_path):
