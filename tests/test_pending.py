@@ -89,3 +89,22 @@ def test_a_model_hardly_bigger_than_its_2_block_copy_is_scored_whole():
     assert whole_per_two_blocks(nn.Linear(4, 4)) is None and not scored_whole({})
     # two blocks: scored whole anyway; the 1-block copy still gives the structure
     assert not scored_whole({"whole_per_two_blocks": 1.0, "total_layers": 2})
+
+
+def test_limits_and_sites_read_from_the_1_layer_copy_are_the_whole_models():
+    """A model scored from its copies reads its gather tables and constraint sites from its
+    1-layer copy (``safety.layer_copy``), so the search need not wait for the whole module:
+    they must be what the whole module gives."""
+    from shard_opt import safety
+    from shard_opt.candidates import site_groups
+
+    script = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "gqa_llama.py")
+    model = frontends.load(script, layers=4)
+    whole = dataclasses.replace(model, with_layers=None)  # read the module itself
+    assert safety.layer_copy(model) is not model and safety.layer_copy(whole) is whole
+    tables = safety.gather_indexed_dims(model)
+    assert tables and tables == safety.gather_indexed_dims(whole)
+    meshes = [Mesh((2, 4))]
+    short = safety.layer_copy(model)
+    sites = site_groups(short.text, meshes, {"data", "tensor", "sequence"}, short.arguments)
+    assert sites and sites == site_groups(whole.text, meshes, {"data", "tensor", "sequence"}, whole.arguments)
