@@ -25,7 +25,6 @@ What an op costs is what it reads and writes on one device (DESIGN.md "Principle
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import re
@@ -47,8 +46,6 @@ SDY_COLLECTIVES = {
 FUSED_ATTR = "shard_opt.fused"  # written by passes/mark_fusions.py
 SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_product_attention")
 MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.convolution")
-# ops that read and write in place: (operand positions read besides indices, written = those)
-_IN_PLACE = {"stablehlo.dynamic_update_slice", "stablehlo.scatter"}
 # ops whose bytes are not simply every operand read and every result written (_traffic)
 _TRAFFIC_SPECIAL = frozenset({"stablehlo.gather", "stablehlo.dynamic_slice", "stablehlo.slice",
                               "stablehlo.dynamic_update_slice", "stablehlo.scatter", "stablehlo.concatenate"})
@@ -78,10 +75,6 @@ def meshes_of(module) -> dict[str, Mesh]:
         else:  # a maximal / empty mesh
             out[name] = Mesh((1,), ("_",), name)
     return out
-
-
-def _per_value(op) -> list[TensorSharding] | None:
-    return _per_value_of(op.attributes)
 
 
 def _per_value_of(attrs) -> list[TensorSharding] | None:
@@ -259,45 +252,19 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.exits[operand] = nbytes(operand)
 
     # a module of one function has no call to expand: walk it directly
-    # the hot lookups, bound once (a local name is cheaper than an attribute lookup)
-    origin_get, src_get, group_of_get, stored_get = origin.get, src.get, group_of.get, stored.get
-    value_local_get, shard_get, locals_get = value_local.get, shard.get, locals_.get
-    ops_append = facts.ops.append
     ops = _walk(func) if len(functions) <= 1 else program(func)
     for index, op in enumerate(ops):
         name = op.name  # an Operation (_walk): no OpView to build
         operands, results = list(op.operands), list(op.results)  # each access is a binding call
         attrs = op.attributes
-        # _per_value_of, inline: once per op
-        if "sdy.sharding" in attrs:
-            shardings = _per_value_attr(attrs["sdy.sharding"])
-        elif "out_sharding" in attrs:
-            shardings = [TensorSharding.parse(str(attrs["out_sharding"]))]
-        else:
-            shardings = None
+        shardings = _per_value_of(attrs)
         if shardings:
             for r, s in zip(results, shardings):
                 shard[r] = s
-                value_local.pop(r, None)  # forget(r), inline
-                value_bytes.pop(r, None)
+                forget(r)
         if name == "stablehlo.add":
             adds.append(op)
-        # _propagate_origin, inline: a result belongs to the weight it was computed from,
-        # else to its first operand's
-        here = first = None
-        for o in operands:
-            got = origin_get(o)
-            if got is not None:
-                if o in weight_values:
-                    here = got
-                    break
-                if first is None:
-                    first = got
-        if here is None:
-            here = first
-        if here is not None:
-            for r in results:
-                origin[r] = here
+        _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
                 if name != "stablehlo.iota" and _is_splat(op):
@@ -309,12 +276,12 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                         if o0 in tracked:
                             tracked.update(results)
                     if results:
-                        base = src_get(o0, o0)
+                        base = src.get(o0, o0)
                         src[results[0]] = base
                         if base in stored:
                             stored[results[0]] = stored[base]
                             forget(results[0])
-                        g = group_of_get(o0)
+                        g = group_of.get(o0)
                         if g is not None and name != "sdy.sharding_constraint":
                             group_of[results[0]] = g  # a view of a group's value is still inside it
                 else:
@@ -338,10 +305,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             continue
         if name == "sdy.mesh" or not results:
             continue
-        outs = []
-        for r in results:  # local_of, its memo hit inline
-            got = value_local_get(r)
-            outs.append(got if got is not None else local_of(r))
+        outs = [local_of(r) for r in results]
         flops = _flops(op, operands, outs, name, local_of)
         label = attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
         if label is not None:
@@ -351,8 +315,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             g.flops += flops
             for o in operands:
                 reads_group_value(o, g)
-                base = src_get(o, o)
-                if group_of_get(o) is not g and base not in g.reads:
+                base = src.get(o, o)
+                if group_of.get(o) is not g and base not in g.reads:
                     b = read_bytes(o)
                     g.reads[base] = b
                     if o in weight_values:
@@ -369,7 +333,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         weight = None
         if group_of:
             for o in operands:
-                g = group_of_get(o)
+                g = group_of.get(o)
                 if g is not None and o not in g.exits:
                     g.exits[o] = nbytes(o)
         for o in operands:
@@ -381,31 +345,22 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             bytes_in, bytes_out, wbytes = _traffic(name, operands, results, read_bytes, nbytes, weight_values,
                                                    cache_values)
         else:  # every operand read where it is stored, every result written
-            bytes_out = 0
-            for r in results:
-                bytes_out += nbytes(r)
+            bytes_out = sum(nbytes(r) for r in results)
             bytes_in = wbytes = 0
             for o in operands:
-                base = src_get(o, o)  # read_bytes, inline
-                b = 0 if base in free_values else nbytes(base)
+                b = read_bytes(o)
                 bytes_in += b
                 if o in weight_values:
                     wbytes += b
         fidelity = None
         if stored:
             for o in operands:
-                base = src_get(o, o)
+                base = src.get(o, o)
                 if base in stored:
                     fidelity = stored[base]
                     break
-        if name in MATMUL_OPS:
-            kind = "matmul"
-        elif name == "stablehlo.gather":
-            kind = "gather"
-        else:
-            kind = _kind(op, name) if name == "stablehlo.custom_call" else ""
-        ops_append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
-                                kind, fidelity))
+        facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
+                                _kind(op, name), fidelity))
         peak = bytes_in - wbytes + bytes_out
         if peak > facts.peak_activation_bytes:
             facts.peak_activation_bytes = peak
@@ -579,11 +534,6 @@ def _is_splat(op) -> bool:
         return False
     value = attrs["value"]
     return bool(getattr(value, "is_splat", False)) or "dense<" in str(value) and "," not in str(value)
-
-
-def _fused_label(op) -> str | None:
-    attrs = op.operation.attributes
-    return attrs[FUSED_ATTR].value if FUSED_ATTR in attrs else None
 
 
 def _kind(op, name: str) -> str:
