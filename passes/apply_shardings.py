@@ -76,12 +76,6 @@ def _parsed(text: str, context):
     return ir.ir().Attribute.parse(text, context)
 
 
-def _attribute(text: str):
-    """``Attribute.parse(text)`` in the current context, parsed once per text (a search
-    writes the same few shardings on every candidate)."""
-    return _parsed(text, ir.ir().Context.current)
-
-
 def _set_attrs(func, key: str, count: int, shardings: dict, keep_existing: bool = False) -> None:
     irm = ir.ir()
     old = func.attributes[key] if key in func.attributes else None

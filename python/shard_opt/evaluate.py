@@ -106,13 +106,23 @@ def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
 def group_members(model: LoweredModel) -> dict[tuple, list[int]]:
     """Group key -> argument indices of ``model`` (by role and by shape; see ``Group.key``);
     computed once per model (every candidate asks)."""
-    cached = model.meta.get("_group_members")
-    if cached is None or cached[0] is not model.arguments:  # (a copy of a model shares its meta)
+    def build():
         out: dict[tuple, list[int]] = {}
         for a in model.arguments:
             out.setdefault((a.role, a.shape, a.kind), []).append(a.index)
             out.setdefault(("shape", a.shape), []).append(a.index)
-        cached = model.meta["_group_members"] = (model.arguments, out)
+        return out
+
+    return _per_model(model, "_group_members", build)
+
+
+def _per_model(model: LoweredModel, key: str, build):
+    """``build()``, computed once per model and kept in its meta (every candidate asks),
+    for as long as its argument list is the one it was built from (a copy of a model,
+    ``dataclasses.replace``, shares its meta)."""
+    cached = model.meta.get(key)
+    if cached is None or cached[0] is not model.arguments:
+        cached = model.meta[key] = (model.arguments, build())
     return cached[1]
 
 
@@ -136,11 +146,8 @@ def shardings_for(model: LoweredModel, groups: list[Group], assignment: tuple[in
 def _defaults(model: LoweredModel) -> dict[int, TensorSharding]:
     """Argument index -> closed and replicated, for the arguments that do not follow their
     consumer; once per model (shardings are immutable: every candidate shares them)."""
-    cached = model.meta.get("_defaults")
-    if cached is None or cached[0] is not model.arguments:
-        out = {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments if not follows_consumer(a)}
-        cached = model.meta["_defaults"] = (model.arguments, out)
-    return cached[1]
+    return _per_model(model, "_defaults", lambda: {a.index: TensorSharding.replicated(len(a.shape))
+                                                   for a in model.arguments if not follows_consumer(a)})
 
 
 def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
@@ -172,10 +179,8 @@ def candidate_key(model: LoweredModel, shardings: dict[int, TensorSharding], con
 
 
 def _followers(model: LoweredModel) -> frozenset[int]:
-    cached = model.meta.get("_followers")
-    if cached is None:
-        cached = model.meta["_followers"] = frozenset(a.index for a in model.arguments if follows_consumer(a))
-    return cached
+    return _per_model(model, "_followers",
+                      lambda: frozenset(a.index for a in model.arguments if follows_consumer(a)))
 
 
 def shardings_by_role(model: LoweredModel, by_role: dict[str, TensorSharding]) -> dict[int, TensorSharding]:
