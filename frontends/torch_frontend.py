@@ -143,11 +143,12 @@ def find_repeated_blocks(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
     return best
 
 
-def whole_per_two_blocks(model: nn.Module) -> float | None:
+def whole_per_two_blocks(model: nn.Module, found=None) -> float | None:
     """The whole model's size over its 2-block copy's, counted in leaf modules (a proxy for
-    the ops each lowers to); None when the model has no repeated blocks. Kept in the
-    model's meta; ``shard_opt.lowered.scored_whole`` reads it."""
-    found = find_repeated_blocks(model)
+    the ops each lowers to); None when the model has no repeated blocks (``found``: its
+    ``find_repeated_blocks``, when the caller has it). Kept in the model's meta;
+    ``shard_opt.lowered.scored_whole`` reads it."""
+    found = found or find_repeated_blocks(model)
     if found is None:
         return None
 

@@ -358,7 +358,7 @@ def _scored_whole(entry: ZooEntry) -> bool:
 
     model = entry.build(None)
     found = find_repeated_blocks(model)
-    return found is not None and scored_whole({"whole_per_two_blocks": whole_per_two_blocks(model),
+    return found is not None and scored_whole({"whole_per_two_blocks": whole_per_two_blocks(model, found),
                                                "total_layers": len(found[1])})
 
 
@@ -467,7 +467,7 @@ def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, ba
     full = entry.build(None)
     found = find_repeated_blocks(full)
     total = len(found[1]) if found else None
-    share = whole_per_two_blocks(full) if found else None
+    share = whole_per_two_blocks(full, found) if found else None
     kept = total
     if layers is not None:
         if total is None:

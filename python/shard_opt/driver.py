@@ -27,7 +27,7 @@ from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.shardy_propagate import insert_guards
-from shard_opt.plan import build_plan, component_of, score_dict
+from shard_opt.plan import build_plan, collective_entry, score_dict
 from shard_opt.search import (
     Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
 )
@@ -540,13 +540,9 @@ def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec) -> dict:
     if per_layer is not None:
         out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
     else:  # priced whole: the spec's collectives by component, as the plan lists its own
-        args = model.arguments
-        out["collectives"] = [
-            {"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-             "bytes_per_device": c.bytes_per_device,
-             "component": component_of(args[c.origin_arg].name) if 0 <= c.origin_arg < len(args) else
-             "(model inputs)"}
-            for c in scorer.facts_of(shardings_by_role(model, user.by_role)).collectives]
+        args = {a.index: a for a in model.arguments}
+        out["collectives"] = [collective_entry(c, args)
+                              for c in scorer.facts_of(shardings_by_role(model, user.by_role)).collectives]
     return out
 
 

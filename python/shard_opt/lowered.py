@@ -201,6 +201,15 @@ class PendingModel:
         setattr(self.resolve(), name, value)
 
 
+def indices_by_role(arguments: list[Argument]) -> dict[tuple, list[int]]:
+    """(role, shape) -> the indices of the arguments with that role and shape: the same
+    weight in every layer (what a short copy's argument stands for in the whole model)."""
+    out: dict[tuple, list[int]] = {}
+    for a in arguments:
+        out.setdefault((a.role, a.shape), []).append(a.index)
+    return out
+
+
 def same_arguments(a: "LoweredModel", b: "LoweredModel") -> bool:
     """What a provisional model stood for is what ``b`` is: same name, layers and arguments."""
     return a.name == b.name and a.num_layers == b.num_layers and list(a.arguments) == list(b.arguments)

@@ -59,6 +59,16 @@ def strategy_text(model: LoweredModel, shardings: dict[int, TensorSharding]) -> 
     return "; ".join(f"{f} parallel on {'+'.join(sorted(ax))}" for f, ax in sorted(fams.items()))
 
 
+def collective_entry(c, args: dict) -> dict:
+    """A collective as plan JSON lists it: what it moves, and the component it belongs to
+    (``args``: argument index -> ``Argument``)."""
+    origin = args.get(c.origin_arg)
+    return {"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
+            "bytes_per_device": c.bytes_per_device, "group_size": c.group_size,
+            "component": component_of(origin.name) if origin else "(model inputs)",
+            "layer": origin.layer if origin else None}
+
+
 def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name: str,
                cost_model_name: str, parallelism: list[str], final: Evaluation, *,
                groups: list[dict] | None = None, baselines: dict | None = None,
@@ -76,12 +86,8 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
     collectives = []
     times = final.cost.collective_us or [None] * len(final.facts.collectives)
     for c, t in zip(final.facts.collectives, times):
-        origin = args.get(c.origin_arg)
         collectives.append({
-            "kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-            "bytes_per_device": c.bytes_per_device, "group_size": c.group_size,
-            "component": component_of(origin.name) if origin else "(model inputs)",
-            "layer": origin.layer if origin else None,
+            **collective_entry(c, args),
             "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
             "reason": c.reason, **({"cause": c.cause} if c.cause else {}),
         })

@@ -106,6 +106,7 @@ def gather_indexed_dims(model) -> set[tuple[int, int]]:
     role (``layer_copy``): the whole module need not be parsed, nor even lowered yet."""
     from shard_opt import ir
     from shard_opt.dataflow import Graph, attr_ints
+    from shard_opt.lowered import indices_by_role
 
     short = layer_copy(model)
     g = Graph.of(ir.parse(short.text, filename=short.name), [a.kind for a in short.arguments])
@@ -119,9 +120,7 @@ def gather_indexed_dims(model) -> set[tuple[int, int]]:
                 out.add((table, d))
     if short is model:
         return out
-    by_role: dict[tuple, list[int]] = {}
-    for a in model.arguments:
-        by_role.setdefault((a.role, a.shape), []).append(a.index)
+    by_role = indices_by_role(model.arguments)
     return {(i, d) for t, d in out for i in by_role.get((short.arguments[t].role, short.arguments[t].shape), ())}
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from shard_opt import ir
 from shard_opt.dataflow import LAYOUT_OPS, Graph, dim_sources
+from shard_opt.lowered import indices_by_role
 
 Dim = tuple[int, int]  # (argument index, dim)
 
@@ -195,9 +196,7 @@ def structure_of(model) -> Structure:
 
 def _by_role(st: Structure, short_args, full_args) -> Structure:
     """Map a short model's structure onto every layer of the full model (by role)."""
-    full_by_role: dict[tuple, list[int]] = {}
-    for a in full_args:
-        full_by_role.setdefault((a.role, a.shape), []).append(a.index)
+    full_by_role = indices_by_role(full_args)
     role = {a.index: (a.role, a.shape) for a in short_args}
     layer = {a.index: a.layer for a in full_args}
 
