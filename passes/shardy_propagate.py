@@ -7,7 +7,7 @@ Two pipelines, both run by jaxlib's in-process Shardy (references/toolchain.md):
 ``createStableHLOPipeline``) that jaxlib can run, in tt-mlir's order::
 
     inline-calls,                             # tt-mlir's inline (passes/inline_calls.py)
-    sdy-constant-or-scalar-splitter,          # stands in for tt-mlir's decouple-const-fanout
+    decouple-const-fanout,                    # tt-mlir's own (passes/decouple_const_fanout.py)
     sdy-apply-sharding-constraints,
     sdy-user-priority-propagate{conservative-propagation=true},
     func.func(sdy-sharding-constraint-to-reshard),
@@ -56,6 +56,9 @@ Options:
     dim as a permutation factor and exports no collective when it stays split, leaving
     the data movement to the partitioner (XLA emits collective-permutes for a slice of a
     packed q|k|v projection); with the guard the gather is explicit and priced.
+  decouple-const-fanout: with the tt-mlir pipeline, clone constant-fed broadcasts per
+    use first, as tt-mlir does (``passes/decouple_const_fanout.py``) (default true; the
+    evaluator does it once in the module every candidate copies).
   verify: run MLIR's verifier after every pass (default true). The search turns it off
     for the candidates it only prices (the verifier is most of the pipeline's time) and
     keeps it for the plan it emits.
@@ -68,6 +71,7 @@ from dataclasses import dataclass
 from shard_opt import ir
 from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
+from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
 from shard_opt.passes.inline_calls import inline_calls
 from shard_opt.sharding import TensorSharding
 
@@ -81,6 +85,7 @@ class ShardyPropagate(ModulePass):
     explicit_collectives: bool = True
     guard_opaque_ops: bool = True
     guard_moved_dims: bool = True
+    decouple_const_fanout: bool = True
     verify: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
@@ -93,13 +98,17 @@ class ShardyPropagate(ModulePass):
         # one walk finds the ops to guard and tells whether any call is left to inline (a
         # module of one function calls none: no walk when there is nothing to guard either)
         found = []
-        if self.guard_opaque_ops or self.guard_moved_dims or _functions(module) > 1:
-            found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call",))
+        decouple = self.decouple_const_fanout and self.pipeline == "tt-mlir"
+        if self.guard_opaque_ops or self.guard_moved_dims or decouple or _functions(module) > 1:
+            found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call", BROADCAST))
         insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims,
-                      ops=[op for op in found if op.name != "func.call"])
+                      ops=[op for op in found if op.name not in ("func.call", BROADCAST)])
         propagate, export = PIPELINES[self.pipeline]
         if self.pipeline == "tt-mlir" and any(op.name == "func.call" for op in found):
             inline_calls(module)
+            found = ir.ops_in(module.operation, (BROADCAST,))  # the inlined bodies' broadcasts too
+        if decouple:
+            decouple_const_fanout(module, ops=[op for op in found if op.name == BROADCAST])
         if not self.explicit_collectives:
             export = () if self.pipeline == "tt-mlir" else ("sdy-export-pipeline",)
         ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, *export)) + ")", name=self.name,
@@ -116,7 +125,7 @@ def _functions(module) -> int:
 # pipeline -> (propagation passes, passes that make the collectives explicit)
 PIPELINES = {
     "tt-mlir": (
-        ("sdy-constant-or-scalar-splitter", "sdy-apply-sharding-constraints",
+        ("sdy-apply-sharding-constraints",
          "sdy-user-priority-propagate{conservative-propagation=true}"),
         ("func.func(sdy-sharding-constraint-to-reshard)",
          "func.func(sdy-insert-explicit-reshards{enable-full-version=true})",
@@ -232,6 +241,7 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
                     constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, [{body}]>")
 
 
+BROADCAST = "stablehlo.broadcast_in_dim"
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")
 SHARDY_OWN_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.")
 MOVING_OPS = ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse")

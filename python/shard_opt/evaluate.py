@@ -31,6 +31,7 @@ from shard_opt.passes.inline_calls import inline_calls
 from shard_opt.passes.mark_fusions import mark_fusions
 from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.weights import WeightFormats, matmul_weight_roles
+from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
 from shard_opt.passes.shardy_propagate import ShardyPropagate, insert_guards
 from shard_opt.sharding import Mesh, TensorSharding
 
@@ -157,7 +158,8 @@ def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
 
 
 _UIDS = itertools.count()
-_GUARDED = dict(guard_opaque_ops=False, guard_moved_dims=False)  # Evaluator.module() has them already
+# Evaluator.module() has them already
+_GUARDED = dict(guard_opaque_ops=False, guard_moved_dims=False, decouple_const_fanout=False)
 
 
 def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
@@ -267,6 +269,10 @@ class Evaluator:
             module = ir.parse(self.text, filename=self.model.name)
             set_mesh(module, self.mesh)
             insert_guards(module)
+            if self.pipeline == "tt-mlir":
+                # before any candidate's shardings: a replicated candidate has no reshard the
+                # copies could change, so decoupling in every function prices what tt-mlir does
+                decouple_const_fanout(module, only_sharded=False)
             self._module = module
         return self._module
 

@@ -113,6 +113,7 @@ _BUILTIN_PASSES = {
     "apply-shardings": "shard_opt.passes.apply_shardings:ApplyShardings",
     "apply-constraints": "shard_opt.passes.apply_constraints:ApplyConstraints",
     "inline-calls": "shard_opt.passes.inline_calls:InlineCalls",
+    "decouple-const-fanout": "shard_opt.passes.decouple_const_fanout:DecoupleConstFanout",
     "unfold-batch-matmul": "shard_opt.passes.unfold_batch_matmul:UnfoldBatchMatmul",
     "mark-fusions": "shard_opt.passes.mark_fusions:MarkFusions",
     "shardy-propagate": "shard_opt.passes.shardy_propagate:ShardyPropagate",
