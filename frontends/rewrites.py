@@ -29,6 +29,11 @@ else sees it (every module shard-opt hands to XLA or emits comes from it):
   DenseResourceElementsAttr, tt-mlir issue 2847).
 * ``narrow_f64``: every ``f64`` type, constant and op becomes ``f32`` (Tenstorrent
   chips have no f64; tt-mlir does the same narrowing later, see the function).
+* ``arith_to_stablehlo_constants``: torch-mlir's ``arith.constant`` of a tensor becomes
+  the same ``stablehlo.constant``: the module must be pure StableHLO + sdy, which is what
+  tt-xla hands tt-mlir and what the Tenstorrent PJRT plugin accepts (it refuses a module
+  with an ``arith.constant``: "Failed to serialize StableHLO with mixed dialects ...
+  unstable op: arith.constant", references/ttmlir_offline.md).
 """
 
 from __future__ import annotations
@@ -390,6 +395,25 @@ def _to_f32(values):
     return a.astype(np.float32)
 
 
+def arith_to_stablehlo_constants(module) -> int:
+    """Replace each tensor-typed ``arith.constant`` by a ``stablehlo.constant`` of the same
+    value; returns how many. A scalar (non-tensor) ``arith.constant`` is left: StableHLO
+    has no scalar constant, and torch-mlir's StableHLO output uses tensors only."""
+    irm = ir.ir()
+    count = 0
+    with module.context, irm.Location.unknown():
+        for op in [o.operation for o in ir.walk_ops(module.operation)]:
+            if op.name != "arith.constant" or not isinstance(op.results[0].type, irm.RankedTensorType):
+                continue
+            new = irm.Operation.create("stablehlo.constant", results=[op.results[0].type],
+                                       attributes={"value": op.attributes["value"]}, loc=op.location,
+                                       ip=irm.InsertionPoint(op))
+            op.results[0].replace_all_uses_with(new.results[0])
+            op.erase()
+            count += 1
+    return count
+
+
 def narrow_f64(module, *, where: str) -> int:
     """Retype every ``f64`` value, constant and function signature to ``f32``; returns how many values.
 
@@ -474,7 +498,7 @@ def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
 
     Returns the new text and one note per rewrite that fired (for the model's meta).
     """
-    if "dense_resource<" not in text and "f64" not in text:
+    if "dense_resource<" not in text and "f64" not in text and "arith.constant" not in text:
         return text, []
     # A fresh context: MLIR uniques resource names per context, so in the shared one a
     # second module's blob "x" would be renamed "x_1" and no longer match the text's key.
@@ -483,9 +507,12 @@ def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
     inlined = inline_resources(module, resource_blobs(text), where=where) if "dense_resource<" in text else 0
     if inlined:
         notes.append(f"dense_resource -> dense ({inlined} constants)")
-    narrowed = narrow_f64(module, where=where)
+    narrowed = narrow_f64(module, where=where) if "f64" in text else 0
     if narrowed:
         notes.append(f"f64 -> f32 ({narrowed} values)")
+    converted = arith_to_stablehlo_constants(module) if "arith.constant" in text else 0
+    if converted:
+        notes.append(f"arith.constant -> stablehlo.constant ({converted} constants)")
     out = ir.print_module(module)
     if "dense_resource<" in out:
         raise RuntimeError(f"{where}: a dense_resource attribute is left after inlining (nested in another "

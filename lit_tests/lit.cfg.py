@@ -31,6 +31,11 @@ else:
 
     config.environment["SHARD_OPT_CACHE"] = tempfile.mkdtemp(prefix="shard-opt-lit-cache-")
     atexit.register(shutil.rmtree, config.environment["SHARD_OPT_CACHE"], ignore_errors=True)
+# the tt-mlir check is off unless a test asks for it (--check); its plugin assets (~417 MB)
+# are kept in one folder across runs (SHARD_OPT_TT_DIR), not in the temporary cache
+config.environment["SHARD_OPT_CHECK"] = "0"
+config.environment["SHARD_OPT_TT_DIR"] = os.environ.get(
+    "SHARD_OPT_TT_DIR", os.path.join(__import__("tempfile").gettempdir(), "shard-opt-tt-mlir"))
 for var in ("HOME", "PATH", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]

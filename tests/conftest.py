@@ -19,6 +19,10 @@ if "SHARD_OPT_CACHE" not in os.environ:
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# The tt-mlir check (a child process compiling with the Tenstorrent plugin, seconds per run)
+# is off by default here; tests/test_ttmlir.py turns it on where it is the subject.
+os.environ.setdefault("SHARD_OPT_CHECK", "0")
+os.environ.setdefault("SHARD_OPT_TT_DIR", os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))
 
 import pytest  # noqa: E402
 

@@ -35,8 +35,9 @@ LONG_FLAGS = (
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
     "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
-    "weight-dtype", "no-cache", "spec", "allow",
+    "weight-dtype", "no-cache", "spec", "allow", "no-check",
 )
+CHECK_ENV = "SHARD_OPT_CHECK"  # "0"/"off": no tt-mlir check unless asked (the test suites set it)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", metavar="SPEC.py|SPEC.json",
                    help="your own shard spec (load_shard_spec(model) in a .py, or {name: spec} JSON), priced "
                         "as the loader-spec baseline (and alone with --evaluate)")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the tt-mlir check (compiling the plan and baselines with the Tenstorrent "
+                        "plugin, offline; default on when jax-tt-plugin is installed; SHARD_OPT_CHECK=0 "
+                        "turns it off by default)")
+    p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)  # on even under SHARD_OPT_CHECK=0
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the lowering cache for this run (default: $SHARD_OPT_CACHE, "
@@ -313,7 +319,8 @@ def _run_parsed(ns) -> int:
 
     opts = Options(meshes=meshes, system=ns.system, cost_model=ns.cost_model, parallelism=parallelism,
                    allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
-                   propagation=ns.propagation, weights=weights, allow=frozenset(allow))
+                   propagation=ns.propagation, weights=weights, allow=frozenset(allow),
+                   check=_check_wanted(ns))
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")
@@ -553,6 +560,15 @@ def _chart_bytes(write_chart, plan) -> bytes:
             return f.read()
     finally:
         os.unlink(tmp)
+
+
+def _check_wanted(ns) -> bool:
+    """The tt-mlir check runs unless --no-check, or SHARD_OPT_CHECK=0 without --check."""
+    if ns.no_check:
+        return False
+    if ns.check:
+        return True
+    return os.environ.get(CHECK_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -48,6 +48,7 @@ class Options:
     allow: frozenset = frozenset()  # compiler-safety rules turned off (--allow; shard_opt.safety)
     progress: bool = True
     baselines: bool = True
+    check: bool = False  # compile the finalists and baselines with tt-mlir (shard_opt.ttmlir.check)
     stream: object = None
 
     def setting(self) -> dict:
@@ -188,12 +189,153 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         model = real
     with timing.phase("final"):
         final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
+    checked = None
+    if opts.check:
+        with timing.phase("check"):
+            checked = tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega,
+                                    user, setting, stream)
+        assignment, final = checked.assignment, checked.final
+        score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
         outcome = _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
                            seconds, fallback, baselines, user, mega, limit, removed, final)
+    if checked is not None:
+        checked.attach(outcome.plan)
+        if opts.progress:
+            from shard_opt.ttmlir.check import line
+
+            stream.write(line(checked.plan_check) + "\n")
     with timing.phase("persist"):
         scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
     return outcome
+
+
+FINALISTS = 3  # the recommendation and the next distinct plans compiled by the tt-mlir check
+
+
+@dataclass
+class Checked:
+    """What the tt-mlir check decided: the plan to recommend (``assignment``, ``final``),
+    its ``checks.tt_mlir``, the finalists it was chosen from, and the baselines' checks."""
+
+    assignment: tuple
+    final: object
+    plan_check: dict
+    finalists: list[dict] = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)
+    note: str | None = None
+
+    def attach(self, plan: dict) -> None:
+        check = dict(self.plan_check)
+        if self.finalists:
+            check["finalists"] = self.finalists
+        plan.setdefault("checks", {})["tt_mlir"] = check
+        if "checked_us" in check:
+            plan["cost"]["checked_us"] = check["checked_us"]
+        for name, b in self.baselines.items():
+            if name in plan.get("baselines", {}):
+                plan["baselines"][name]["tt_mlir"] = b
+                if "checked_us" in b:
+                    plan["baselines"][name]["checked_us"] = b["checked_us"]
+        if self.note:
+            plan.setdefault("notes", []).append(self.note)
+
+
+def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega, user, setting,
+                  stream) -> Checked:
+    """Compile the search's finalists (its plan and the next ``FINALISTS - 1`` distinct
+    ones, each evaluated on the whole model) and the Megatron and loader-spec baselines
+    with tt-mlir (``shard_opt.ttmlir.check``), price what tt-mlir emits on top of what
+    was priced, and recommend the finalist with the lowest checked cost that tt-mlir
+    compiles (the search's own plan unless another one wins, said loudly)."""
+    from shard_opt.plan import checkable
+    from shard_opt.ttmlir import check as ttc
+
+    ok, why = ttc.status()
+    if not ok:
+        stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
+        return Checked(assignment, final, {"compiled": False, "skipped": True, "error": why, "matches": False,
+                                           "stages": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
+                                           "differences": [f"not checked: {why}"]})
+    finalists = [(assignment, final)]
+    seen = {_plan_key(final)}
+    ranked = sorted(result.scored.items(), key=lambda kv: (kv[1].key(), kv[0]))
+    tried = 0
+    for a, s in ranked:
+        if len(finalists) >= FINALISTS or tried >= 4 * FINALISTS:
+            break
+        if a == assignment or not math.isfinite(s.total_us) or s.unsafe or (final.score.fits and not s.fits):
+            continue
+        tried += 1
+        fe = final_evaluation(model, mesh, system, cm, groups, a, **setting)
+        if _plan_key(fe) not in seen:  # another assignment of the same plan (a tie) is not a rival
+            seen.add(_plan_key(fe))
+            finalists.append((a, fe))
+    n = math.prod(mesh.shape)
+    jobs = [ttc.Job(f"finalist-{k}", annotate(model, mesh, fe.shardings, constraints_for(groups, a)), n)
+            for k, (a, fe) in enumerate(finalists)]
+    base_evals = {}
+    evaluator = None
+    for name, shardings in (("megatron", mega if "megatron" in baselines else None),
+                            ("loader-spec", shardings_by_role(model, user.by_role) if user is not None else None)):
+        if shardings is None:
+            continue
+        evaluator = evaluator or Evaluator(model, mesh, system, cm, **setting)
+        base_evals[name] = evaluator.run(shardings, keep_ir=False)
+        jobs.append(ttc.Job(name, annotate(model, mesh, base_evals[name].shardings), n))
+    compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
+    checks = [ttc.summarize(checkable(model, mesh, fe), c, system, priced_ops=len(fe.facts.ops), cost_model=cm)
+              for (a, fe), c in zip(finalists, compiled)]
+    rows = []
+    for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
+        rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),
+                     "compiled": chk["compiled"], "matches": chk["matches"], "error": chk["error"],
+                     "ttnn": chk["stages"].get("ttnn", {}),
+                     "arguments_changed": _changed(model, final.shardings, fe.shardings)})
+    usable = [k for k, chk in enumerate(checks) if chk["compiled"]]
+    best = min(usable, key=lambda k: (checks[k]["checked_us"], k)) if usable else 0
+    note = None
+    if best != 0:
+        if not checks[0]["compiled"]:
+            why0 = f"tt-mlir does not compile it ({checks[0]['error']})"
+        else:
+            why0 = (f"what tt-mlir emits for it is priced {checks[0]['checked_us']:.1f} us, finalist {best + 1}'s "
+                    f"{checks[best]['checked_us']:.1f} us")
+        note = (f"tt-mlir check: the search's best plan ({finalists[0][1].score.total_us:.1f} us modeled) is not "
+                f"recommended: {why0}; finalist {best + 1} ({finalists[best][1].score.total_us:.1f} us modeled) is")
+        stream.write(f"shard-opt: WARNING: {note}\n")
+    elif not usable:
+        note = f"tt-mlir check: no finalist compiled; the plan is shown as found, unchecked: {checks[0]['error']}"
+        stream.write(f"shard-opt: WARNING: {note}\n")
+    base_checks = {}
+    for name, c in zip(base_evals, compiled[len(finalists):]):
+        chk = ttc.summarize(checkable(model, mesh, base_evals[name]), c, system,
+                            priced_ops=len(base_evals[name].facts.ops), cost_model=cm)
+        base_checks[name] = {k: chk.get(k) for k in ("compiled", "error", "matches", "checked_us", "extra_ccl_us",
+                                                      "missing_ccl_us", "extra_ops_us", "ttnn_ops_per_step")}
+        base_checks[name]["ttnn"] = chk["stages"].get("ttnn", {})
+        base_checks[name]["differences"] = chk["differences"]
+    a, fe = finalists[best]
+    return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
+
+
+def _plan_key(ev) -> tuple:
+    """What a plan is once propagated: the argument shardings Shardy settled on and the
+    collectives it inserted (two assignments with the same key are the same program)."""
+    return (tuple(sorted((i, s.body()) for i, s in ev.shardings.items() if not s.is_replicated)),
+            tuple((c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ev.facts.collectives))
+
+
+def _changed(model, base: dict, other: dict) -> dict:
+    """The arguments whose sharding differs between two plans: name -> other's sharding."""
+    out = {}
+    for a in model.arguments:
+        x, y = base.get(a.index), other.get(a.index)
+        bx = x.body() if x is not None and not x.is_replicated else None
+        by = y.body() if y is not None and not y.is_replicated else None
+        if bx != by:
+            out[a.name] = y.axis_names() if y is not None else [[] for _ in a.shape]
+    return out
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,

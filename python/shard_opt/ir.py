@@ -481,3 +481,30 @@ def _strip_op(op) -> None:
         )
         op.results[0].replace_all_uses_with(new.results[0])
         op.erase()
+
+
+def tt_compile(text: str, num_devices: int, export_path: str) -> None:
+    """Compile module text with the Tenstorrent PJRT plugin (compile-only: the process
+    runs with ``JAX_PLATFORMS=tt`` and ``TT_COMPILE_ONLY_SYSTEM_DESC``, as
+    ``shard_opt.ttmlir.child`` sets them), writing tt-mlir's IR at every stage to
+    ``export_path/irs``. tt-mlir's optimizer stays off (``optimization_level`` 0: levels
+    1-2 JIT firmware for a mock device, which fails without the RISC-V toolchain's
+    headers). Raises whatever the plugin raises."""
+    import jax  # noqa: F401  (registers the jax_plugins namespace: the "tt" backend)
+    import numpy as np
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client as xc
+
+    backend = xla_bridge.get_backend("tt")
+    devices = backend.devices()
+    if len(devices) < num_devices:
+        raise RuntimeError(f"the system descriptor has {len(devices)} chips, the module's mesh {num_devices}")
+    opts = xc.CompileOptions()
+    build = opts.executable_build_options
+    build.num_partitions = num_devices
+    build.num_replicas = 1
+    build.use_spmd_partitioning = num_devices > 1
+    build.use_shardy_partitioner = True
+    build.device_assignment = xc.DeviceAssignment.create(np.arange(num_devices).reshape(1, num_devices))
+    opts.env_option_overrides = [("export_path", export_path), ("optimization_level", 0)]
+    backend.compile_and_load(text, xc.DeviceList(tuple(devices[:num_devices])), opts)

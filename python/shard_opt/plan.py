@@ -69,6 +69,26 @@ def collective_entry(c, args: dict) -> dict:
             "layer": origin.layer if origin else None}
 
 
+def collectives_of(ev: Evaluation, args: dict) -> list[dict]:
+    """An evaluation's collectives as the plan JSON lists them, each with its modeled time."""
+    out = []
+    times = ev.cost.collective_us or [None] * len(ev.facts.collectives)
+    for c, t in zip(ev.facts.collectives, times):
+        out.append({
+            **collective_entry(c, args),
+            "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
+            "reason": c.reason, **({"cause": c.cause} if c.cause else {}),
+        })
+    return out
+
+
+def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> dict:
+    """The part of a plan the tt-mlir check reads (``shard_opt.ttmlir.check``): its mesh,
+    its priced collectives and its cost, for a plan that is not (yet) the plan JSON."""
+    return {"model": model.name, "mesh": {"shape": list(mesh.shape), "axes": list(mesh.axes)},
+            "collectives": collectives_of(ev, {a.index: a for a in model.arguments}), "cost": cost_dict(ev)}
+
+
 def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name: str,
                cost_model_name: str, parallelism: list[str], final: Evaluation, *,
                groups: list[dict] | None = None, baselines: dict | None = None,
@@ -83,14 +103,7 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
         if a.index in final.storage:
             entry["storage"] = final.storage[a.index]  # stored on device as a block float
         arguments.append(entry)
-    collectives = []
-    times = final.cost.collective_us or [None] * len(final.facts.collectives)
-    for c, t in zip(final.facts.collectives, times):
-        collectives.append({
-            **collective_entry(c, args),
-            "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
-            "reason": c.reason, **({"cause": c.cause} if c.cause else {}),
-        })
+    collectives = collectives_of(final, args)
     plan = {
         "model": model.name,
         "source": model.source,

@@ -1041,12 +1041,70 @@ BODY_SECTIONS = (section_header, section_model, section_architecture, section_st
                  section_loader_comparison, section_robustness, section_components)
 
 
+def section_tt_mlir(plan: dict) -> list[str]:
+    """What tt-mlir itself made of the plan (``checks.tt_mlir``): tt-mlir's own output, so
+    it states what was read, with no citation."""
+    chk = (plan.get("checks") or {}).get("tt_mlir")
+    out = ["## Checked with tt-mlir", ""]
+    if not chk:
+        return out + ["Not checked (`--no-check`, or a run without the check).", ""]
+    if chk.get("skipped"):
+        return out + [f"Not checked: {_md(chk.get('error') or '')}.", ""]
+    if not chk["compiled"]:
+        return out + [f"**tt-mlir did not compile this plan**: `{_md(chk.get('error') or '')}`.", ""]
+    verdict = "match the collectives the plan prices" if chk["matches"] else "**differ from the plan**"
+    out.append(f"The plan's module was compiled by tt-mlir (the Tenstorrent PJRT plugin, compile-only, "
+               f"{chk.get('seconds', 0):.1f} s); its collectives {verdict}.")
+    out += ["", "| stage | collectives per step |", "|---|---|"]
+    for stage, counts in chk.get("stages", {}).items():
+        cells = ", ".join(f"{k} x{n}" for k, n in counts.items()) or "none"
+        out.append(f"| {stage} | {cells} |")
+    for stage, counts in (chk.get("collectives_at_load") or {}).items():
+        cells = ", ".join(f"{k} x{n}" for k, n in counts.items())
+        out.append(f"| {stage} at load (const-eval, once) | {cells} |")
+    out.append("")
+    b = chk.get("ttnn_ops_breakdown") or {}
+    step = b.get("per_step") or {}
+    if chk.get("ttnn_ops_per_step") is not None:
+        out.append(f"- TTNN runs {chk['ttnn_ops_per_step']} device ops per step ({step.get('compute', 0)} compute, "
+                   f"{step.get('layout', 0)} layout and data movement, {step.get('ccl', 0)} collectives) and "
+                   f"{chk.get('ttnn_ops_at_load', 0)} at load; the plan priced "
+                   f"{chk.get('priced_device_ops', '?')} compute ops and {len(plan.get('collectives') or [])} "
+                   f"collectives.")
+    if "checked_us" in chk:
+        out.append(f"- Checked cost {_plan.fmt_us(chk['checked_us'])} (modeled "
+                   f"{_plan.fmt_us((plan.get('cost') or {}).get('total_us'))}): collectives tt-mlir adds "
+                   f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
+                   f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
+                   f"kernel plus the op-to-op gap).")
+    for d in chk.get("differences") or []:
+        out.append(f"- Difference: {_md(d)}")
+    rows = chk.get("finalists") or []
+    if rows:
+        out += ["", "Finalists compiled (the recommendation is the lowest checked cost tt-mlir compiles):", "",
+                "| rank | modeled | checked | compiled | matches | TTNN collectives per step |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            ccl = ", ".join(f"{k} x{n}" for k, n in (r.get("ttnn") or {}).items()) or "none"
+            out.append(f"| {r['rank']} | {_plan.fmt_us(r['total_us'])} | {_plan.fmt_us(r.get('checked_us'))} | "
+                       f"{'yes' if r['compiled'] else 'no'} | {'yes' if r['matches'] else 'no'} | {ccl} |")
+    for name, b in (plan.get("baselines") or {}).items():
+        t = b.get("tt_mlir")
+        if t:
+            state = ("compiles, matches its priced collectives" if t.get("matches") else
+                     "compiles, differs from its priced collectives" if t.get("compiled") else
+                     f"does not compile ({_md(t.get('error') or '')})")
+            out.append(f"- Baseline `{name}`: {state}; checked {_plan.fmt_us(t.get('checked_us'))}.")
+    out.append("")
+    return out
+
+
 def _render_one(plan: dict, png_path: str | None, cite: Citer) -> str:
     lines: list[str] = []
     for section in BODY_SECTIONS:
         lines += section(plan, cite)
     lines += section_ccl_budget(plan, cite, png_path)
     lines += section_bottlenecks(plan, cite)
+    lines += section_tt_mlir(plan)
     appendix = section_appendix(plan, cite)  # cites nothing
     lines += section_sources(plan, cite)
     return "\n".join(lines + appendix).rstrip() + "\n"

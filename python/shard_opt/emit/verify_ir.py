@@ -260,6 +260,19 @@ def _axes_from_groups(groups: list[list[int]], mesh: list[int]) -> tuple[int, ..
     return tuple(sorted(axes))
 
 
+def function_spans(dump_text: str) -> list[tuple[int, str, bool]]:
+    """(start offset, name, is const-eval) of each function of a dump, in order. tt-mlir's
+    const-eval functions (``@main_const_eval_0``, ``tt.function_type = "const_eval"``) run
+    once when the weights are loaded, not per step."""
+    out = []
+    for fm in _FUNC.finditer(dump_text):
+        body = _BODY_OPEN.search(dump_text, fm.end())  # the body's "{" ends its line
+        header = dump_text[fm.start(): body.end() if body else fm.end()]
+        out.append((fm.start(), fm.group(1),
+                    "const_eval" in fm.group(1) or 'tt.function_type = "const_eval"' in header))
+    return out
+
+
 def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int] | None, str]:
     """Every CCL-related op of a TTIR/TTNN dump, the dump's mesh (if it says) and its dialect."""
     dump_mesh = None
@@ -267,10 +280,7 @@ def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int]
     if m:
         dump_mesh = [int(x) for x in m.group(1).split("x")]
     mesh_for_groups = dump_mesh or mesh
-    funcs = []
-    for fm in _FUNC.finditer(dump_text):
-        body = _BODY_OPEN.search(dump_text, fm.end())  # the body's "{" ends its line
-        funcs.append((fm.start(), fm.group(1), dump_text[fm.start(): body.end() if body else fm.end()]))
+    funcs = function_spans(dump_text)
     func_starts = [f[0] for f in funcs]
     line_starts = [0] + [m.end() for m in re.finditer(r"\n", dump_text)]
     ops: list[DumpOp] = []
@@ -285,10 +295,10 @@ def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int]
         types = _tensor_types(sig)
         in_t = types[0] if types else ((), "")
         out_t = types[-1] if types else ((), "")
-        func, header = "", ""
+        func, const_eval = "", False
         k = bisect.bisect_right(func_starts, om.start()) - 1
         if k >= 0:
-            func, header = funcs[k][1], funcs[k][2]
+            func, const_eval = funcs[k][1], funcs[k][2]
         ca = _int_attr(attrs, "cluster_axis")
         axes: tuple[int, ...] = (ca,) if ca is not None else ()
         if not axes and "replica_groups" in attrs:
@@ -306,7 +316,7 @@ def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int]
             name=f"{dialect}.{opname}", kind=kind, line=bisect.bisect_right(line_starts, om.start()), func=func,
             attrs=attrs, in_shape=in_t[0], in_dtype=in_t[1], out_shape=out_t[0], out_dtype=out_t[1],
             cluster_axis=ca, axes=axes,
-            const_eval="const_eval" in func or 'tt.function_type = "const_eval"' in header,
+            const_eval=const_eval,
         ))
     dialect = "ttnn" if "ttnn" in dialects else "ttir" if "ttir" in dialects else "unknown"
     return ops, dump_mesh, dialect
@@ -530,11 +540,31 @@ def verify_ir(plan: dict, dump_text: str) -> VerifyResult:
         res.notes.append("the dump has CCL ops shard-opt does not model (MoE dispatch/combine, broadcast)")
     al = _Aligner(plan, events, list(axes), list(shape))
     al.run()
+    _pair_with_load_time(al, res.const_eval)
     res.pairings = al.pairings
     res.missing = [(i, al.cs[i], _missing_causes(al.cs[i], res, res.boundaries, al.extra)) for i in al.missing]
     res.extra = [(d, _extra_causes(d, res)) for d in al.extra]
     res.ok = not res.missing and not res.extra and all(p.status != "differs" for p in res.pairings)
     return res
+
+
+def _pair_with_load_time(al: _Aligner, const_eval: list[DumpOp]) -> None:
+    """A plan collective of a value computed from constants only (position ids, a RoPE
+    table) runs in the step in the plan and TTIR, but TTNN's const-eval hoists it into a
+    function run once at load: the same collective, moved. Pair each missing plan
+    collective with a load-time op of its kind and axis, in order, each op once."""
+    left = list(const_eval)
+    still = []
+    for i in al.missing:
+        c = al.cs[i]
+        j = next((j for j, d in enumerate(left) if al.same(c, d)), None)
+        if j is None:
+            still.append(i)
+            continue
+        d = left.pop(j)
+        al.pairings.append(Pairing("equivalent", [i], [d], "computed from constants: tt-mlir's const-eval runs it "
+                                                             "once at load time, not per step"))
+    al.missing = still
 
 
 def _plan_desc(i: int, c: dict) -> str:

@@ -1,0 +1,389 @@
+"""The tt-mlir check: compile plans with the real compiler, offline, and read what it emits.
+
+After the search, the recommended plan's module (``-o``) and the baselines' are compiled
+by tt-mlir itself, through the Tenstorrent PJRT plugin (``jax-tt-plugin``) in
+compile-only mode, in a child process (``shard_opt.ttmlir.child``: the plugin's client
+must own its process's JAX platform). tt-mlir writes its IR at every stage; this module
+reads three of them:
+
+- ``shlo_compiler``: StableHLO after tt-mlir's Shardy steps (the collectives first
+  appear here, one per use);
+- ``ttir``: the collectives as ``ttir.*`` ops with a ``cluster_axis`` (after CSE);
+- ``ttnn``: the program the device runs: every op per step (``forward_device``
+  functions) and at load time (``const_eval`` functions, run once when the weights
+  are loaded).
+
+Each is matched against the plan's priced collectives with ``verify_ir`` (its
+equivalences: a multi-axis collective is one op per axis, all_to_all becomes
+point_to_point chains, a collective computed from constants moves to load time);
+what tt-mlir runs that the plan did not price is priced with the same cost model
+(``checked``: see ``checked_cost``).
+
+Failures of the check itself (no plugin, a crash, a timeout) never fail the run: the
+result says ``compiled: false`` with the error, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from shard_opt.emit import verify_ir as vir
+from shard_opt.ttmlir import sysdesc
+
+STAGES = ("shlo_compiler", "ttir", "ttnn")
+TIMEOUT_ENV = "SHARD_OPT_TT_TIMEOUT"  # seconds per compiled module (default 120)
+DIR_ENV = "SHARD_OPT_TT_DIR"  # where the plugin's assets and descriptors live (default: in the cache)
+KEEP_ENV = "SHARD_OPT_TT_KEEP"  # set: keep tt-mlir's IR dumps (the plan JSON's checks.tt_mlir.ir_dir says where)
+
+# TTNN ops that are not device work: memory bookkeeping and the host <-> mesh boundary
+NOT_DEVICE_OPS = frozenset({
+    "deallocate", "get_device", "distribute_tensor", "aggregate_tensor", "mesh_shard", "to_device",
+    "from_device", "to_memory_config", "empty",
+})
+# TTNN ops that move or re-lay data without arithmetic (tt-mlir's TTNN dialect: layout
+# conversion, data movement and tensor creation ops)
+LAYOUT_OPS = frozenset({
+    "to_layout", "typecast", "reshape", "permute", "transpose", "slice_static", "slice_dynamic", "concat",
+    "repeat", "repeat_interleave", "pad", "assign", "full", "zeros", "ones", "arange", "constant",
+    "rows_gather", "embedding", "squeeze", "unsqueeze", "tilize", "untilize", "to_dtype", "move",
+    "reallocate", "sharded_to_interleaved", "interleaved_to_sharded", "prepare_conv2d_weights",
+    "prepare_conv2d_bias", "split_query_key_value_and_split_heads", "concatenate_heads", "fill_cache",
+    "update_cache", "paged_update_cache", "paged_fill_cache", "scatter", "gather",
+})
+_SHLO_CCL = re.compile(r'"?\b(?:stablehlo|sdy)\.(all_gather|all_reduce|reduce_scatter|all_to_all|'
+                       r'collective_permute|all_slice|collective_broadcast)\b"?')
+_TTNN_OP = re.compile(r'"ttnn\.([A-Za-z_0-9]+)"\s*\(')
+
+
+@dataclass
+class Job:
+    name: str  # "plan", "megatron", ...
+    text: str  # the annotated module (pure StableHLO + sdy)
+    devices: int
+
+
+@dataclass
+class Compiled:
+    name: str
+    compiled: bool
+    error: str | None
+    seconds: float
+    irs: dict[str, str] = field(default_factory=dict)  # stage -> module text
+    ir_dir: str | None = None  # where the dumps are kept (SHARD_OPT_TT_KEEP)
+
+
+def status() -> tuple[bool, str]:
+    """(usable, why not): the plugin is installed and is the build the descriptors are for."""
+    lib = sysdesc.plugin_library()
+    if lib is None:
+        return False, "the Tenstorrent PJRT plugin is not installed (pip install jax-tt-plugin==0.1.3)"
+    if not sysdesc.schema_hash_in_plugin(lib):
+        return False, (f"the installed jax-tt-plugin is not {sysdesc.PLUGIN_VERSION}, the build shard-opt writes "
+                       f"system descriptors for (its schema hash differs); pip install jax-tt-plugin=="
+                       f"{sysdesc.PLUGIN_VERSION}")
+    return True, ""
+
+
+def work_dir() -> str:
+    """Where the plugin's runtime assets (~417 MB, unpacked on first use into ``TMPDIR``) and
+    the system descriptors are kept: ``$SHARD_OPT_TT_DIR``, else shard-opt's cache directory,
+    else a fixed folder in the system's temporary directory (never a fresh one per run)."""
+    from shard_opt.frontends import cache
+
+    root = cache.cache_dir()
+    d = os.environ.get(DIR_ENV) or (
+        os.path.join(root, "tt-mlir") if root else os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
+def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
+    """Compile every job in one child process (its client starts once), one more for what
+    follows a job that killed it. Results in the jobs' order."""
+    base = work_dir()
+    desc = sysdesc.descriptor_path(system, tuple(mesh_shape), os.path.join(base, "descriptors"))
+    assets = os.path.join(base, "tmp")
+    os.makedirs(assets, exist_ok=True)
+    run_dir = tempfile.mkdtemp(prefix="run-", dir=base)
+    env = {**os.environ, "SHARD_OPT_TT_CHILD": "1", "JAX_PLATFORMS": "tt", "TT_COMPILE_ONLY_SYSTEM_DESC": desc,
+           "TMPDIR": assets, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env.pop("XLA_FLAGS", None)
+    specs = []
+    for k, job in enumerate(jobs):
+        path = os.path.join(run_dir, f"{k}-{job.name}.mlir")
+        with open(path, "w") as f:
+            f.write(job.text)
+        specs.append({"name": job.name, "module": path, "devices": job.devices,
+                      "export": os.path.join(run_dir, f"{k}-{job.name}")})
+    per_job = float(os.environ.get(TIMEOUT_ENV, "120"))
+    results: dict[int, dict] = {}
+    todo = list(range(len(specs)))
+    try:
+        while todo:
+            jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
+            with open(jobs_path, "w") as f:
+                json.dump([specs[k] for k in todo], f)
+            out_path, log_path = jobs_path + ".out", jobs_path + ".log"
+            crashed = None
+            with open(out_path, "w") as out, open(log_path, "w") as log:
+                try:
+                    p = subprocess.run([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
+                                       stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir,
+                                       timeout=30 + per_job * len(todo))
+                    if p.returncode != 0:
+                        crashed = _death(p.returncode, log_path)
+                except subprocess.TimeoutExpired:
+                    crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
+            with open(out_path) as f:
+                done = [json.loads(line) for line in f if line.strip().startswith("{")]
+            for k, r in zip(todo, done):
+                results[k] = r
+            todo = todo[len(done):]
+            if todo:  # the job in progress killed the child (or no child ran at all)
+                results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
+                                    "error": crashed or "the compiler process ended without a result"}
+                todo = todo[1:]
+        out = []
+        for k, spec in enumerate(specs):
+            r = results[k]
+            irs = _read_irs(spec["export"]) if r["compiled"] else {}
+            keep = os.path.join(spec["export"], "irs") if os.environ.get(KEEP_ENV) else None
+            out.append(Compiled(spec["name"], bool(r["compiled"]), r.get("error"), r.get("seconds", 0.0), irs, keep))
+        return out
+    finally:
+        if not os.environ.get(KEEP_ENV):
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _death(code: int, log_path: str) -> str:
+    how = f"signal {-code}" if code < 0 else f"exit status {code}"
+    last = ""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip() and "INFO|" not in ln]
+        last = next((ln for ln in reversed(lines) if "error" in ln.lower() or "fatal" in ln.lower()),
+                    lines[-1] if lines else "")
+    except OSError:
+        pass
+    return f"tt-mlir's compiler process died ({how})" + (f": {last[:300]}" if last else "")
+
+
+def _read_irs(export: str) -> dict[str, str]:
+    d = os.path.join(export, "irs")
+    out = {}
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return out
+    for stage in STAGES:
+        # shlo_compiler_<ts>.mlir, not shlo_compiler_cleaned_<ts>; ttnn_<ts>, not ttnn_runtime_<ts>
+        hits = sorted(n for n in names if re.fullmatch(rf"{stage}_\d+\.mlir", n))
+        if hits:
+            with open(os.path.join(d, hits[-1])) as f:
+                out[stage] = f.read()
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# Reading what tt-mlir emitted
+# ---------------------------------------------------------------------------------
+
+def shlo_collectives(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in _SHLO_CCL.finditer(text):
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if "=" not in text[line_start:m.start()] and not text[line_start:m.start()].strip().startswith('"'):
+            continue  # not an op (e.g. an attribute mentioning the name)
+        counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def ccl_counts(ops: list, *, const_eval: bool) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for o in ops:
+        if o.kind == "boundary" or o.const_eval != const_eval:
+            continue
+        counts[o.kind] = counts.get(o.kind, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def ttnn_op_counts(text: str) -> dict[str, dict[str, int]]:
+    """{"per_step" | "at_load": {"compute", "layout", "ccl"}: count} of a TTNN module's device
+    ops (``NOT_DEVICE_OPS`` left out)."""
+    spans = vir.function_spans(text)
+    starts = [s for s, _, _ in spans]
+    out = {"per_step": {"compute": 0, "layout": 0, "ccl": 0}, "at_load": {"compute": 0, "layout": 0, "ccl": 0}}
+    import bisect
+
+    for m in _TTNN_OP.finditer(text):
+        name = m.group(1)
+        if name in NOT_DEVICE_OPS:
+            continue
+        k = bisect.bisect_right(starts, m.start()) - 1
+        where = "at_load" if k >= 0 and spans[k][2] else "per_step"
+        kind = vir.KIND_OF_OP.get(name)
+        cls = "ccl" if kind and kind != "boundary" else "layout" if name in LAYOUT_OPS else "compute"
+        out[where][cls] += 1
+    return out
+
+
+def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = None,
+              cost_model=None) -> dict:
+    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result``."""
+    out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
+           **({"ir_dir": result.ir_dir} if result.ir_dir else {}),
+           "collectives_at_load": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
+           "matches": False, "differences": []}
+    if not result.compiled:
+        out["differences"] = [f"tt-mlir rejected the module: {result.error}"]
+        return out
+    shape, _ = vir._plan.mesh_of(plan)
+    if len(shape) == 1:
+        shape = [1, shape[0]]
+    if "shlo_compiler" in result.irs:
+        out["stages"]["shlo_compiler"] = shlo_collectives(result.irs["shlo_compiler"])
+    verdicts = {}
+    for stage in ("ttir", "ttnn"):
+        text = result.irs.get(stage)
+        if text is None:
+            out["differences"].append(f"tt-mlir wrote no {stage.upper()} module")
+            continue
+        ops, _, _ = vir.parse_dump(text, list(shape))
+        out["stages"][stage] = ccl_counts(ops, const_eval=False)
+        at_load = ccl_counts(ops, const_eval=True)
+        if at_load:
+            out["collectives_at_load"][stage] = at_load
+        if stage == "ttir":  # TTNN reorders ops: it is held against TTIR by counts (ttnn_vs_ttir)
+            verdicts[stage] = vir.verify_ir(plan, text)
+    if "ttnn" in result.irs:
+        counts = ttnn_op_counts(result.irs["ttnn"])
+        out["ttnn_ops_per_step"] = sum(counts["per_step"].values())
+        out["ttnn_ops_at_load"] = sum(counts["at_load"].values())
+        out["ttnn_ops_breakdown"] = counts
+    if priced_ops is not None:
+        out["priced_device_ops"] = priced_ops
+    ttir = verdicts.get("ttir")
+    ttnn_diffs = ttnn_vs_ttir(out, shape) if ttir is not None and "ttnn" in out["stages"] else []
+    out["matches"] = ttir is not None and ttir.ok and "ttnn" in out["stages"] and not ttnn_diffs
+    out["differences"] += differences({"ttir": ttir} if ttir is not None else {}) + ttnn_diffs
+    if ttir is not None:
+        out.update(checked_cost(plan, ttir, out, system, cost_model))
+    return out
+
+
+def ttnn_vs_ttir(summary: dict, mesh_shape) -> list[str]:
+    """TTNN's collectives against TTIR's, by kind, after TTNN's lowering: a TTIR
+    all_to_all on an axis of N devices is N(N-1) point_to_point ops per group of the axis
+    (tt-mlir ``TTIRToTTNN.cpp``), an all_slice can become a mesh_partition or nothing, and
+    a collective TTNN's const-eval moved to load time still counts. The TTIR module is
+    matched to the plan in program order (``verify_ir``); TTNN schedules ops in its own
+    order, so it is held against TTIR by counts."""
+    ttir = dict(summary["stages"].get("ttir", {}))
+    want: dict[str, int] = {}
+    total = 1
+    for n in mesh_shape:
+        total *= n
+    p2p_per_a2a = []
+    for kind, n in ttir.items():
+        if kind == "all_to_all":
+            continue
+        if kind != "all_slice":
+            want[kind] = want.get(kind, 0) + n
+    got = dict(summary["stages"].get("ttnn", {}))
+    for kind, n in summary["collectives_at_load"].get("ttnn", {}).items():
+        got[kind] = got.get(kind, 0) + n
+    got.pop("all_slice", None)
+    if ttir.get("all_to_all"):
+        sizes = {n for n in mesh_shape if n > 1}
+        p2p_per_a2a = sorted({n * (n - 1) * (total // n) for n in sizes})
+        p2p = got.pop("point_to_point", 0)
+        # each all_to_all is one of the per-axis chain lengths: the count must be a sum of them
+        if not _sum_of(p2p, ttir["all_to_all"], p2p_per_a2a):
+            return [f"TTNN: {p2p} point_to_point ops for TTIR's {ttir['all_to_all']} all_to_all (each lowers to "
+                    f"one of {', '.join(map(str, p2p_per_a2a))} point_to_point ops)"]
+    out = []
+    for kind in sorted(set(want) | set(got)):
+        if want.get(kind, 0) != got.get(kind, 0):
+            out.append(f"TTNN: {got.get(kind, 0)} {kind} (per step and at load) where TTIR has {want.get(kind, 0)}")
+    return out
+
+
+def _sum_of(total: int, count: int, parts: list[int]) -> bool:
+    if count == 0:
+        return total == 0
+    return any(p <= total and _sum_of(total - p, count - 1, parts) for p in parts)
+
+
+def differences(verdicts: dict) -> list[str]:
+    """Every difference between the plan and tt-mlir's IR, in words."""
+    out = []
+    for stage, v in verdicts.items():
+        names = v.axis_names
+        for i, c, _ in v.missing:
+            out.append(f"{stage.upper()}: the plan prices {c['kind']} {{{','.join(c.get('axes') or [])}}} on "
+                       f"{vir._plan.shape_text(c.get('shape'), c.get('dtype'))}"
+                       f"{' [' + c['component'] + ']' if c.get('component') else ''} that tt-mlir does not run")
+        for d, _ in v.extra:
+            out.append(f"{stage.upper()}: tt-mlir runs {d.describe(names)} that the plan does not price")
+        for p in v.pairings:
+            if p.status == "differs":
+                out.append(f"{stage.upper()}: {p.note}")
+    return out
+
+
+def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None) -> dict:
+    """What tt-mlir runs, priced with the plan's own cost model where the plan did not:
+    ``extra_ccl_us`` for each per-step TTIR collective the plan lacks (an all_to_all as
+    the point_to_point chain TTNN lowers it to), minus ``missing_ccl_us`` for each priced
+    collective tt-mlir does not run; ``extra_ops_us`` for the TTNN device ops beyond the
+    ones the plan priced, each at the shortest kernel plus the op-to-op gap (the cost
+    model's ``kernel_floor_us`` and ``dispatch_us``, docs/costmodel.md section 2): most of
+    them are layout and data movement (reshape, to_layout, typecast, permute) the
+    compute model has no op for. ``checked_us`` = the plan's ``total_us`` + all three."""
+    shape, axes = vir._plan.mesh_of(plan)
+    names = list(axes)
+    extra = 0.0
+    for d, _ in ttir.extra:
+        if d.kind not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute"):
+            continue
+        axis = [names[a] for a in d.axes if a < len(names)] or None
+        if axis is None:
+            continue
+        nbytes = vir._plan.dtype_bytes(d.in_dtype) * (d.elements or 0)
+        extra += system.collective_time_us(d.kind, nbytes, axis, tuple(shape), axis_names=tuple(names),
+                                           allow_collective_permute=True)
+    missing = sum(float(c.get("time_us") or 0.0) for _, c, _ in ttir.missing)
+    ops_us = 0.0
+    priced = summary.get("priced_device_ops")
+    if priced is not None and summary.get("ttnn_ops_per_step") is not None:
+        c = system.compute_profile("generic")
+        dispatch = getattr(cost_model, "dispatch", "traced") if cost_model is not None else "traced"
+        per_op = c.kernel_floor_us + c.dispatch_us.get(dispatch, 0.0)
+        ttnn_ccl = summary["ttnn_ops_breakdown"]["per_step"]["ccl"]
+        beyond = summary["ttnn_ops_per_step"] - ttnn_ccl - priced
+        ops_us = max(0, beyond) * per_op
+    total = float(plan["cost"]["total_us"])
+    return {"extra_ccl_us": round(extra, 3), "missing_ccl_us": round(missing, 3), "extra_ops_us": round(ops_us, 3),
+            "checked_us": round(total + extra - missing + ops_us, 3)}
+
+
+def line(check: dict, name: str = "plan") -> str:
+    """The one stderr line of the check."""
+    if not check["compiled"]:
+        return f"shard-opt: tt-mlir: {name} did NOT compile: {check['error']}"
+    st = check["stages"]
+    ttnn = ", ".join(f"{k} x{n}" for k, n in st.get("ttnn", {}).items()) or "no CCL"
+    verdict = "matches the priced collectives" if check["matches"] else \
+        f"DIFFERS from the plan ({len(check['differences'])} differences, see the report)"
+    extra = f"; checked {check['checked_us']} us" if "checked_us" in check else ""
+    return (f"shard-opt: tt-mlir: {name} compiled in {check['seconds']:.1f} s, {verdict}; TTNN per step: {ttnn}, "
+            f"{check['ttnn_ops_per_step']} device ops ({check['ttnn_ops_at_load']} at load){extra}")

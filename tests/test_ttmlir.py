@@ -1,0 +1,110 @@
+"""The tt-mlir check: plans compiled by tt-mlir itself (jax-tt-plugin, compile-only).
+
+These tests run the real compiler in a child process. They are skipped, with the reason,
+only where the plugin is not installed (it is a dependency: the README's commands install
+it); every other failure is a failure.
+"""
+
+import json
+import os
+
+import pytest
+
+from shard_opt.ttmlir import check as ttc
+from shard_opt.ttmlir import sysdesc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.mlir")
+GQA = os.path.join(ROOT, "tests", "fixtures", "scripts", "gqa_llama.py")
+
+USABLE, WHY = ttc.status()
+needs_plugin = pytest.mark.skipif(not USABLE, reason=f"tt-mlir check unavailable: {WHY}")
+
+
+def _plan(run_cli, tmp_path, *args):
+    out = tmp_path / "plan.json"
+    code, _, err = run_cli(*args, "--check", "--plan-json", out)
+    assert code == 0, err
+    return json.loads(out.read_text()), err
+
+
+@needs_plugin
+def test_installed_plugin_is_the_build_the_descriptors_are_written_for():
+    assert sysdesc.schema_hash_in_plugin(sysdesc.plugin_library())
+
+
+def test_descriptor_layout_follows_the_schema():
+    from shard_opt import costmodel
+
+    system = costmodel.get_system("wh-loudbox")
+    topo = sysdesc.topology_of(system, (2, 4))
+    assert (topo.rows, topo.cols, topo.arch) == (2, 4, "wormhole")
+    data = sysdesc.build(topo, label="t")
+    assert data[8:12] == b"TTSY"  # size prefix, root offset, file identifier
+    assert int.from_bytes(data[:4], "little") == len(data) - 4
+    assert sysdesc.SCHEMA_HASH.encode() in data
+    # a 2x4 grid of lines: 4 row links in each of 2 rows... 3 per row x 2 + 4 column links
+    assert len(sysdesc.channels(topo)) == 3 * 2 + 4
+    galaxy = sysdesc.topology_of(costmodel.get_system("wh-galaxy"), (8, 4))
+    assert (galaxy.rows, galaxy.cols, galaxy.links) == (8, 4, (4, 3))
+    assert len(sysdesc.channels(galaxy)) == 8 * 3 * 3 + 7 * 4 * 4
+
+
+@needs_plugin
+@pytest.mark.parametrize("mesh, ttir", [
+    ("1x8", {"all_gather": 1, "reduce_scatter": 1}),
+    ("2x4", {"all_gather": 1, "all_reduce": 1}),
+])
+def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, ttir):
+    plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", mesh)
+    chk = plan["checks"]["tt_mlir"]
+    assert chk["compiled"] and chk["error"] is None
+    assert chk["matches"], chk["differences"]
+    assert chk["stages"]["ttir"] == ttir
+    assert chk["stages"]["ttnn"] == ttir
+    assert chk["ttnn_ops_per_step"] > chk["priced_device_ops"]  # layout ops the compute model has no op for
+    assert chk["checked_us"] >= plan["cost"]["total_us"]
+    assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
+    assert "shard-opt: tt-mlir: plan compiled" in err
+
+
+@needs_plugin
+def test_gqa_llama_prefill_2x4_compiles_to_the_priced_collectives(run_cli, tmp_path):
+    """A 1-layer Llama prefill on 2x4: the softmax scale's broadcast is shared by q and k
+    (tt-mlir's decouple-const-fanout does not copy it), and the plan's collectives are
+    what tt-mlir runs, stage by stage."""
+    plan, _ = _plan(run_cli, tmp_path, GQA, "--layers", "1", "--mesh", "2x4")
+    chk = plan["checks"]["tt_mlir"]
+    assert chk["compiled"], chk["error"]
+    assert chk["matches"], chk["differences"]
+    priced: dict[str, int] = {}
+    for c in plan["collectives"]:
+        n = len(c["axes"]) if c["kind"] == "all_gather" else 1  # one TTIR op per axis
+        priced[c["kind"]] = priced.get(c["kind"], 0) + (n if c["kind"] != "all_slice" else 0)
+    priced = {k: n for k, n in priced.items() if n}
+    assert chk["stages"]["ttir"] == priced
+
+
+def test_a_missing_plugin_is_one_line_and_the_run_goes_on(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(sysdesc, "plugin_library", lambda: None)
+    plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", "1x8")
+    assert "tt-mlir check skipped: the Tenstorrent PJRT plugin is not installed" in err
+    assert plan["checks"]["tt_mlir"]["skipped"] and not plan["checks"]["tt_mlir"]["compiled"]
+    assert plan["cost"]["total_us"] > 0
+
+
+def test_no_check_leaves_the_plan_unchecked(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    code, _, err = run_cli(MLP, "--mesh", "1x8", "--no-check", "--plan-json", out)
+    assert code == 0, err
+    assert "checks" not in json.loads(out.read_text())
+    assert "tt-mlir" not in err
+
+
+def test_ttnn_point_to_point_chains_are_counted_against_ttir_all_to_all():
+    summary = {"stages": {"ttir": {"all_to_all": 2, "all_gather": 3},
+                          "ttnn": {"point_to_point": 8 + 24, "all_gather": 1}},
+               "collectives_at_load": {"ttnn": {"all_gather": 2}}}
+    assert ttc.ttnn_vs_ttir(summary, [2, 4]) == []  # 2*1*4 on batch + 4*3*2 on model; 2 gathers hoisted
+    summary["stages"]["ttnn"]["point_to_point"] = 30
+    assert ttc.ttnn_vs_ttir(summary, [2, 4])
