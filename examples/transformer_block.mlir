@@ -22,20 +22,20 @@ module {
     %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %cst_4 = stablehlo.constant dense<0xFF800000> : tensor<128x128xf32>
     %cst_5 = stablehlo.constant dense<0xFF800000> : tensor<f32>
-    %cst_6 = arith.constant dense<2> : tensor<1xi64>
-    %cst_7 = arith.constant dense<1024> : tensor<1xi64>
-    %cst_8 = arith.constant dense<9.99999974E-6> : tensor<1xf32>
-    %cst_9 = arith.constant dense<0> : tensor<1xi64>
-    %cst_10 = arith.constant dense<128> : tensor<1xi64>
-    %cst_11 = arith.constant dense<1> : tensor<1xi64>
-    %cst_12 = arith.constant dense<11.3137083> : tensor<1xf32>
-    %0 = stablehlo.convert %cst_6 : (tensor<1xi64>) -> tensor<1xf32>
+    %c_6 = stablehlo.constant dense<2> : tensor<1xi64>
+    %c_7 = stablehlo.constant dense<1024> : tensor<1xi64>
+    %cst_8 = stablehlo.constant dense<9.99999974E-6> : tensor<1xf32>
+    %c_9 = stablehlo.constant dense<0> : tensor<1xi64>
+    %c_10 = stablehlo.constant dense<128> : tensor<1xi64>
+    %c_11 = stablehlo.constant dense<1> : tensor<1xi64>
+    %cst_12 = stablehlo.constant dense<11.3137083> : tensor<1xf32>
+    %0 = stablehlo.convert %c_6 : (tensor<1xi64>) -> tensor<1xf32>
     %1 = stablehlo.reshape %0 : (tensor<1xf32>) -> tensor<f32>
     %2 = stablehlo.broadcast_in_dim %1, dims = [] : (tensor<f32>) -> tensor<1x128x1024xf32>
     %3 = stablehlo.power %arg10, %2 : tensor<1x128x1024xf32>
     %4 = stablehlo.reduce(%3 init: %cst) applies stablehlo.add across dimensions = [2] : (tensor<1x128x1024xf32>, tensor<f32>) -> tensor<1x128xf32>
     %5 = stablehlo.reshape %4 : (tensor<1x128xf32>) -> tensor<1x128x1xf32>
-    %6 = stablehlo.convert %cst_7 : (tensor<1xi64>) -> tensor<1xf32>
+    %6 = stablehlo.convert %c_7 : (tensor<1xi64>) -> tensor<1xf32>
     %7 = stablehlo.reshape %6 : (tensor<1xf32>) -> tensor<f32>
     %8 = stablehlo.broadcast_in_dim %7, dims = [] : (tensor<f32>) -> tensor<1x128x1xf32>
     %9 = stablehlo.divide %5, %8 : tensor<1x128x1xf32>
@@ -63,11 +63,11 @@ module {
     %31 = stablehlo.reshape %30 : (tensor<128x1024xf32>) -> tensor<1x128x1024xf32>
     %32 = stablehlo.reshape %31 : (tensor<1x128x1024xf32>) -> tensor<1x128x8x128xf32>
     %33 = stablehlo.transpose %32, dims = [0, 2, 1, 3] : (tensor<1x128x8x128xf32>) -> tensor<1x8x128x128xf32>
-    %34 = stablehlo.convert %cst_9 : (tensor<1xi64>) -> tensor<1xf32>
+    %34 = stablehlo.convert %c_9 : (tensor<1xi64>) -> tensor<1xf32>
     %35 = stablehlo.reshape %34 : (tensor<1xf32>) -> tensor<f32>
-    %36 = stablehlo.convert %cst_10 : (tensor<1xi64>) -> tensor<1xf32>
+    %36 = stablehlo.convert %c_10 : (tensor<1xi64>) -> tensor<1xf32>
     %37 = stablehlo.reshape %36 : (tensor<1xf32>) -> tensor<f32>
-    %38 = stablehlo.convert %cst_11 : (tensor<1xi64>) -> tensor<1xf32>
+    %38 = stablehlo.convert %c_11 : (tensor<1xi64>) -> tensor<1xf32>
     %39 = stablehlo.reshape %38 : (tensor<1xf32>) -> tensor<f32>
     %40 = stablehlo.subtract %37, %35 : tensor<f32>
     %41 = stablehlo.divide %40, %39 : tensor<f32>

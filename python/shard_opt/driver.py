@@ -283,6 +283,8 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         evaluator = evaluator or Evaluator(model, mesh, system, cm, **setting)
         base_evals[name] = evaluator.run(shardings, keep_ir=False)
         jobs.append(ttc.Job(name, annotate(model, mesh, base_evals[name].shardings), n))
+    stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
+                 f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
     compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
     checks = [ttc.summarize(checkable(model, mesh, fe), c, system, priced_ops=len(fe.facts.ops), cost_model=cm)
               for (a, fe), c in zip(finalists, compiled)]

@@ -105,8 +105,9 @@ def work_dir() -> str:
 
 
 def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
-    """Compile every job in one child process (its client starts once), one more for what
-    follows a job that killed it. Results in the jobs' order."""
+    """Compile every job with tt-mlir in child processes (at most two, each starting the
+    plugin's client once; a new one after a job that killed its child). Results in the
+    jobs' order."""
     base = work_dir()
     desc = sysdesc.descriptor_path(system, tuple(mesh_shape), os.path.join(base, "descriptors"))
     assets = os.path.join(base, "tmp")
@@ -124,32 +125,24 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
                       "export": os.path.join(run_dir, f"{k}-{job.name}")})
     per_job = float(os.environ.get(TIMEOUT_ENV, "120"))
     results: dict[int, dict] = {}
-    todo = list(range(len(specs)))
     try:
-        while todo:
-            jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
-            with open(jobs_path, "w") as f:
-                json.dump([specs[k] for k in todo], f)
-            out_path, log_path = jobs_path + ".out", jobs_path + ".log"
-            crashed = None
-            with open(out_path, "w") as out, open(log_path, "w") as log:
-                try:
-                    p = subprocess.run([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
-                                       stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir,
-                                       timeout=30 + per_job * len(todo))
-                    if p.returncode != 0:
-                        crashed = _death(p.returncode, log_path)
-                except subprocess.TimeoutExpired:
-                    crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
-            with open(out_path) as f:
-                done = [json.loads(line) for line in f if line.strip().startswith("{")]
-            for k, r in zip(todo, done):
-                results[k] = r
-            todo = todo[len(done):]
-            if todo:  # the job in progress killed the child (or no child ran at all)
-                results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
-                                    "error": crashed or "the compiler process ended without a result"}
-                todo = todo[1:]
+        # two children at most, each compiling its share in order (the client starts once in
+        # each; tt-mlir is single-threaded, and this machine class has two cores)
+        from shard_opt import parallel
+
+        n_children = max(1, min(2, parallel.jobs(), len(specs)))
+        shares = [list(range(i, len(specs), n_children)) for i in range(n_children)]
+        if n_children == 1:
+            _run_children(shares[0], specs, env, run_dir, per_job, results)
+        else:
+            import threading
+
+            threads = [threading.Thread(target=_run_children, args=(share, specs, env, run_dir, per_job, results))
+                       for share in shares]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
         out = []
         for k, spec in enumerate(specs):
             r = results[k]
@@ -162,6 +155,37 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
             import shutil
 
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, per_job: float,
+                  results: dict) -> None:
+    """Compile ``specs[k]`` for each k in ``todo`` in a child process; a job that kills the
+    child is recorded as failed and a new child takes the rest."""
+    todo = list(todo)
+    while todo:
+        jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
+        with open(jobs_path, "w") as f:
+            json.dump([specs[k] for k in todo], f)
+        out_path, log_path = jobs_path + ".out", jobs_path + ".log"
+        crashed = None
+        with open(out_path, "w") as out, open(log_path, "w") as log:
+            try:
+                p = subprocess.run([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
+                                   stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir,
+                                   timeout=30 + per_job * len(todo))
+                if p.returncode != 0:
+                    crashed = _death(p.returncode, log_path)
+            except subprocess.TimeoutExpired:
+                crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
+        with open(out_path) as f:
+            done = [json.loads(line) for line in f if line.strip().startswith("{")]
+        for k, r in zip(todo, done):
+            results[k] = r
+        todo = todo[len(done):]
+        if todo:  # the job in progress killed the child (or no child ran at all)
+            results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
+                                "error": crashed or "the compiler process ended without a result"}
+            todo = todo[1:]
 
 
 def _death(code: int, log_path: str) -> str:
