@@ -327,8 +327,10 @@ def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int]
 # ---------------------------------------------------------------------------------
 
 class _Aligner:
-    def __init__(self, plan: dict, events: list[DumpOp], axis_names: list[str], mesh: list[int]):
+    def __init__(self, plan: dict, events: list[DumpOp], axis_names: list[str], mesh: list[int],
+                 dialect: str = "ttir"):
         self.plan = plan
+        self.dialect = dialect
         self.cs = _plan.collectives(plan)
         self.events = events
         self.axis_names = axis_names
@@ -381,7 +383,7 @@ class _Aligner:
             used = 2 if i + 1 < len(cs) and cs[i + 1]["kind"] == "all_slice" else 1
             return used, 1, Pairing("equivalent", list(range(i, i + used)), [d],
                                     f"all_gather + norm fused into {d.name} ({_ref('tt_mlir_fuse_rms_norm')})")
-        if self.same(c, d):
+        if self.same(c, d) and (self.dialect != "ttnn" or self._same_size(c, d)):
             group = [d]
             k = j + 1
             covered = set(d.axes)
@@ -401,6 +403,13 @@ class _Aligner:
                 note = (note + "; " if note else "") + f"dtype {d.in_dtype} in the dump, {c['dtype']} in the plan"
             return 1, len(group), Pairing(status, [i], group, note)
         return None
+
+    def _same_size(self, c: dict, d: DumpOp) -> bool:
+        """Per-device sizes agree (or one is unknown). TTNN schedules ops in its own order,
+        so there a neighbour of the same kind and axis is not the partner unless its size
+        agrees too; TTIR keeps program order, and a size difference there is reported."""
+        want = _plan.local_elements(c)
+        return not want or not d.elements or want == d.elements
 
     def _decomposed_sizes(self, want: int, rs: DumpOp, ag: DumpOp) -> bool:
         """reduce_scatter takes the whole local tensor; all_gather takes 1/N of it."""
@@ -538,9 +547,10 @@ def verify_ir(plan: dict, dump_text: str) -> VerifyResult:
         res.notes.append(f"mesh differs: dump {'x'.join(map(str, dump_mesh))}, plan {'x'.join(map(str, shape))}")
     if any(o.kind == "other_ccl" for o in events):
         res.notes.append("the dump has CCL ops shard-opt does not model (MoE dispatch/combine, broadcast)")
-    al = _Aligner(plan, events, list(axes), list(shape))
+    al = _Aligner(plan, events, list(axes), list(shape), dialect)
     al.run()
     _pair_with_load_time(al, res.const_eval)
+    _pair_out_of_order(al)
     res.pairings = al.pairings
     res.missing = [(i, al.cs[i], _missing_causes(al.cs[i], res, res.boundaries, al.extra)) for i in al.missing]
     res.extra = [(d, _extra_causes(d, res)) for d in al.extra]
@@ -564,6 +574,26 @@ def _pair_with_load_time(al: _Aligner, const_eval: list[DumpOp]) -> None:
         d = left.pop(j)
         al.pairings.append(Pairing("equivalent", [i], [d], "computed from constants: tt-mlir's const-eval runs it "
                                                              "once at load time, not per step"))
+    al.missing = still
+
+
+def _pair_out_of_order(al: _Aligner) -> None:
+    """TTNN schedules ops in its own order (a collective can move past its neighbours), so
+    the in-order alignment can leave a plan collective "missing" and its op "extra": pair
+    each missing one with an extra op of the same kind, axis and per-device size, wherever
+    it is in the dump."""
+    still = []
+    for i in al.missing:
+        c = al.cs[i]
+        want = _plan.local_elements(c)
+        j = next((j for j, d in enumerate(al.extra) if al.same(c, d)
+                  and (not want or not d.elements or want == d.elements)), None)
+        if j is None:
+            still.append(i)
+            continue
+        d = al.extra.pop(j)
+        al.pairings.append(Pairing("equivalent", [i], [d], f"the same collective at another place in the "
+                                                             f"program (line {d.line})"))
     al.missing = still
 
 

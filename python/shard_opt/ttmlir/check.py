@@ -286,8 +286,7 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
         at_load = ccl_counts(ops, const_eval=True)
         if at_load:
             out["collectives_at_load"][stage] = at_load
-        if stage == "ttir":  # TTNN reorders ops: it is held against TTIR by counts (ttnn_vs_ttir)
-            verdicts[stage] = vir.verify_ir(plan, text)
+        verdicts[stage] = vir.verify_ir(plan, text)
     if "ttnn" in result.irs:
         counts = ttnn_op_counts(result.irs["ttnn"])
         out["ttnn_ops_per_step"] = sum(counts["per_step"].values())
@@ -297,8 +296,8 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
         out["priced_device_ops"] = priced_ops
     ttir = verdicts.get("ttir")
     ttnn_diffs = ttnn_vs_ttir(out, shape) if ttir is not None and "ttnn" in out["stages"] else []
-    out["matches"] = ttir is not None and ttir.ok and "ttnn" in out["stages"] and not ttnn_diffs
-    out["differences"] += differences({"ttir": ttir} if ttir is not None else {}) + ttnn_diffs
+    out["matches"] = len(verdicts) == 2 and all(v.ok for v in verdicts.values()) and not ttnn_diffs
+    out["differences"] += differences(verdicts) + ttnn_diffs
     if ttir is not None:
         out.update(checked_cost(plan, ttir, out, system, cost_model))
     return out
