@@ -193,7 +193,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     if opts.check:
         with timing.phase("check"):
             checked = tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega,
-                                    user, setting, stream)
+                                    user, setting, stream, progress=opts.progress)
         assignment, final = checked.assignment, checked.final
         score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
@@ -242,7 +242,7 @@ class Checked:
 
 
 def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega, user, setting,
-                  stream) -> Checked:
+                  stream, progress: bool = True) -> Checked:
     """Compile the search's finalists (its plan and the next ``FINALISTS - 1`` distinct
     ones, each evaluated on the whole model) and the Megatron and loader-spec baselines
     with tt-mlir (``shard_opt.ttmlir.check``), price what tt-mlir emits on top of what
@@ -257,20 +257,8 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         return Checked(assignment, final, {"compiled": False, "skipped": True, "error": why, "matches": False,
                                            "stages": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
                                            "differences": [f"not checked: {why}"]})
-    finalists = [(assignment, final)]
-    seen = {_plan_key(final)}
-    ranked = sorted(result.scored.items(), key=lambda kv: (kv[1].key(), kv[0]))
-    tried = 0
-    for a, s in ranked:
-        if len(finalists) >= FINALISTS or tried >= 4 * FINALISTS:
-            break
-        if a == assignment or not math.isfinite(s.total_us) or s.unsafe or (final.score.fits and not s.fits):
-            continue
-        tried += 1
-        fe = final_evaluation(model, mesh, system, cm, groups, a, **setting)
-        if _plan_key(fe) not in seen:  # another assignment of the same plan (a tie) is not a rival
-            seen.add(_plan_key(fe))
-            finalists.append((a, fe))
+    with timing.phase("check.finalists"):
+        finalists = _finalists(model, mesh, system, cm, groups, assignment, final, result, setting)
     n = math.prod(mesh.shape)
     jobs = [ttc.Job(f"finalist-{k}", annotate(model, mesh, fe.shardings, constraints_for(groups, a)), n)
             for k, (a, fe) in enumerate(finalists)]
@@ -283,11 +271,14 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         evaluator = evaluator or Evaluator(model, mesh, system, cm, **setting)
         base_evals[name] = evaluator.run(shardings, keep_ir=False)
         jobs.append(ttc.Job(name, annotate(model, mesh, base_evals[name].shardings), n))
-    stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
-                 f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
-    compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
-    checks = [ttc.summarize(checkable(model, mesh, fe), c, system, priced_ops=len(fe.facts.ops), cost_model=cm)
-              for (a, fe), c in zip(finalists, compiled)]
+    if progress:
+        stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
+                     f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
+    with timing.phase("check.compile"):
+        compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
+    with timing.phase("check.read"):
+        checks = [ttc.summarize(checkable(model, mesh, fe), c, system, priced_ops=len(fe.facts.ops),
+                                cost_model=cm) for (a, fe), c in zip(finalists, compiled)]
     rows = []
     for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
         rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),
@@ -319,6 +310,27 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         base_checks[name]["differences"] = chk["differences"]
     a, fe = finalists[best]
     return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
+
+
+def _finalists(model, mesh, system, cm, groups, assignment, final, result, setting) -> list[tuple]:
+    """(assignment, whole-model evaluation) of the search's plan and the next distinct ones,
+    best first by the search's score, ``FINALISTS`` at most; a plan that breaks a safety rule,
+    is priced infinite, or does not fit where the plan fits is not a finalist."""
+    finalists = [(assignment, final)]
+    seen = {_plan_key(final)}
+    ranked = sorted(result.scored.items(), key=lambda kv: (kv[1].key(), kv[0]))
+    tried = 0
+    for a, s in ranked:
+        if len(finalists) >= FINALISTS or tried >= 4 * FINALISTS:
+            break
+        if a == assignment or not math.isfinite(s.total_us) or s.unsafe or (final.score.fits and not s.fits):
+            continue
+        tried += 1
+        fe = final_evaluation(model, mesh, system, cm, groups, a, **setting)
+        if _plan_key(fe) not in seen:  # another assignment of the same plan (a tie) is not a rival
+            seen.add(_plan_key(fe))
+            finalists.append((a, fe))
+    return finalists
 
 
 def _plan_key(ev) -> tuple:

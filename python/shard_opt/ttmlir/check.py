@@ -110,11 +110,11 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
     jobs' order."""
     base = work_dir()
     desc = sysdesc.descriptor_path(system, tuple(mesh_shape), os.path.join(base, "descriptors"))
-    assets = os.path.join(base, "tmp")
+    assets = os.path.join(base, "assets")
     os.makedirs(assets, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="run-", dir=base)
     env = {**os.environ, "SHARD_OPT_TT_CHILD": "1", "JAX_PLATFORMS": "tt", "TT_COMPILE_ONLY_SYSTEM_DESC": desc,
-           "TMPDIR": assets, "TF_CPP_MIN_LOG_LEVEL": "2"}
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("XLA_FLAGS", None)
     specs = []
     for k, job in enumerate(jobs):
@@ -130,19 +130,27 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
         # each; tt-mlir is single-threaded, and this machine class has two cores)
         from shard_opt import parallel
 
-        n_children = max(1, min(2, parallel.jobs(), len(specs)))
+        # one child the first time, while it unpacks the assets (then kept for every run)
+        unpacked = any(n.startswith(ASSETS_PREFIX) for n in os.listdir(assets))
+        n_children = max(1, min(2 if unpacked else 1, parallel.jobs(), len(specs)))
         shares = [list(range(i, len(specs), n_children)) for i in range(n_children)]
+        envs = [{**env, "TMPDIR": _child_tmp(run_dir, i, assets)} for i in range(n_children)]
         if n_children == 1:
-            _run_children(shares[0], specs, env, run_dir, per_job, results)
+            _run_children(shares[0], specs, envs[0], run_dir, per_job, results)
         else:
             import threading
 
-            threads = [threading.Thread(target=_run_children, args=(share, specs, env, run_dir, per_job, results))
-                       for share in shares]
+            up = threading.Event()  # the first child's client is up: the second may start
+            threads = [threading.Thread(target=_run_children, args=(shares[0], specs, envs[0], run_dir, per_job,
+                                                                    results, up, None)),
+                       threading.Thread(target=_run_children, args=(shares[1], specs, envs[1], run_dir, per_job,
+                                                                    results, None, up))]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
+        for e in envs:
+            _keep_assets(e["TMPDIR"], assets)
         out = []
         for k, spec in enumerate(specs):
             r = results[k]
@@ -157,10 +165,41 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+ASSETS_PREFIX = "libtt-"  # the plugin's unpacked runtime assets: TMPDIR/libtt-tt-metal-runtime-assets-<hash>
+
+
+def _child_tmp(run_dir: str, i: int, assets: str) -> str:
+    """A ``TMPDIR`` of the child's own (the plugin's client also writes its system descriptor
+    there: two clients sharing one would race), holding links to the kept assets."""
+    d = os.path.join(run_dir, f"tmp-{i}")
+    os.makedirs(d, exist_ok=True)
+    for name in os.listdir(assets):
+        if name.startswith(ASSETS_PREFIX):
+            os.symlink(os.path.join(assets, name), os.path.join(d, name))
+    return d
+
+
+def _keep_assets(tmp: str, assets: str) -> None:
+    """Move assets a child unpacked (not linked) into the kept folder, once."""
+    for name in os.listdir(tmp):
+        path = os.path.join(tmp, name)
+        if name.startswith(ASSETS_PREFIX) and not os.path.islink(path) and os.path.isdir(path):
+            try:
+                os.rename(path, os.path.join(assets, name))
+            except OSError:  # another run kept the same assets first
+                pass
+
+
 def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, per_job: float,
-                  results: dict) -> None:
+                  results: dict, started=None, wait_for=None) -> None:
     """Compile ``specs[k]`` for each k in ``todo`` in a child process; a job that kills the
-    child is recorded as failed and a new child takes the rest."""
+    child is recorded as failed and a new child takes the rest. ``started`` (an Event) is
+    set once this child's client is up (its first result, or its end); the child waits for
+    ``wait_for`` before it starts: two plugin clients initialising at once race on
+    unpacking the plugin's runtime archive ("failed to extract embedded tt-metal runtime
+    archive")."""
+    if wait_for is not None:
+        wait_for.wait()
     todo = list(todo)
     while todo:
         jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
@@ -169,14 +208,22 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
         out_path, log_path = jobs_path + ".out", jobs_path + ".log"
         crashed = None
         with open(out_path, "w") as out, open(log_path, "w") as log:
-            try:
-                p = subprocess.run([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
-                                   stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir,
-                                   timeout=30 + per_job * len(todo))
-                if p.returncode != 0:
-                    crashed = _death(p.returncode, log_path)
-            except subprocess.TimeoutExpired:
-                crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
+            p = subprocess.Popen([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
+                                 stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir)
+            deadline = time.monotonic() + 30 + per_job * len(todo)
+            while p.poll() is None:
+                if started is not None and not started.is_set() and os.path.getsize(out_path) > 0:
+                    started.set()
+                if time.monotonic() > deadline:
+                    p.kill()
+                    p.wait()
+                    crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
+                    break
+                time.sleep(0.05)
+            if started is not None:
+                started.set()
+            if crashed is None and p.returncode != 0:
+                crashed = _death(p.returncode, log_path)
         with open(out_path) as f:
             done = [json.loads(line) for line in f if line.strip().startswith("{")]
         for k, r in zip(todo, done):
