@@ -1076,7 +1076,8 @@ def section_tt_mlir(plan: dict) -> list[str]:
                    f"{_plan.fmt_us((plan.get('cost') or {}).get('total_us'))}): collectives tt-mlir adds "
                    f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
                    f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
-                   f"kernel plus the op-to-op gap).")
+                   f"kernel plus the op-to-op gap), collectives moved to load time "
+                   f"{_signed_us(-(chk.get('load_ccl_us') or 0))}.")
     for d in chk.get("differences") or []:
         out.append(f"- Difference: {_md(d)}")
     rows = chk.get("finalists") or []

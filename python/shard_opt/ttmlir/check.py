@@ -346,7 +346,7 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
     out["matches"] = len(verdicts) == 2 and all(v.ok for v in verdicts.values()) and not ttnn_diffs
     out["differences"] += differences(verdicts) + ttnn_diffs
     if ttir is not None:
-        out.update(checked_cost(plan, ttir, out, system, cost_model))
+        out.update(checked_cost(plan, ttir, out, system, cost_model, ttnn=verdicts.get("ttnn")))
     return out
 
 
@@ -410,7 +410,7 @@ def differences(verdicts: dict) -> list[str]:
     return out
 
 
-def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None) -> dict:
+def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=None) -> dict:
     """What tt-mlir runs, priced with the plan's own cost model where the plan did not:
     ``extra_ccl_us`` for each per-step TTIR collective the plan lacks (an all_to_all as
     the point_to_point chain TTNN lowers it to), minus ``missing_ccl_us`` for each priced
@@ -418,7 +418,9 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None) -> di
     ones the plan priced, each at the shortest kernel plus the op-to-op gap (the cost
     model's ``kernel_floor_us`` and ``dispatch_us``, docs/costmodel.md section 2): most of
     them are layout and data movement (reshape, to_layout, typecast, permute) the
-    compute model has no op for. ``checked_us`` = the plan's ``total_us`` + all three."""
+    compute model has no op for; minus ``load_ccl_us`` for each priced collective TTNN's
+    const-eval runs once at load instead of per step. ``checked_us`` = the plan's
+    ``total_us`` + all four."""
     shape, axes = vir._plan.mesh_of(plan)
     names = list(axes)
     extra = 0.0
@@ -441,9 +443,13 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None) -> di
         ttnn_ccl = summary["ttnn_ops_breakdown"]["per_step"]["ccl"]
         beyond = summary["ttnn_ops_per_step"] - ttnn_ccl - priced
         ops_us = max(0, beyond) * per_op
+    load = 0.0
+    if ttnn is not None:
+        cs = ttnn.plan_collectives
+        load = sum(float(cs[i].get("time_us") or 0.0) for p in ttnn.pairings if "const-eval" in p.note for i in p.plan)
     total = float(plan["cost"]["total_us"])
     return {"extra_ccl_us": round(extra, 3), "missing_ccl_us": round(missing, 3), "extra_ops_us": round(ops_us, 3),
-            "checked_us": round(total + extra - missing + ops_us, 3)}
+            "load_ccl_us": round(load, 3), "checked_us": round(total + extra - missing + ops_us - load, 3)}
 
 
 def line(check: dict, name: str = "plan") -> str:
