@@ -2,6 +2,7 @@
 
 XLA's CPU backend reads XLA_FLAGS once, when jax first initialises: give every test
 process 8 virtual devices (numeric cross-checks need as many as the mesh has).
+Hypothesis runs derandomized (the ``shard-opt`` profile below).
 """
 
 import os
@@ -25,6 +26,15 @@ os.environ.setdefault("SHARD_OPT_CHECK", "0")
 os.environ.setdefault("SHARD_OPT_TT_DIR", os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples on every machine and every run (a failure is
+# reproducible, and the suite does not fail at random on a fresh checkout); a failure
+# prints the blob that replays it (@reproduce_failure). HYPOTHESIS_PROFILE=random
+# explores new examples on purpose. Per-test @settings override single fields only.
+settings.register_profile("shard-opt", derandomize=True, print_blob=True, database=None)
+settings.register_profile("random", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "shard-opt"))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")

@@ -125,6 +125,14 @@ def test_time_grows_with_devices(name, kind, topology, n, b):
     assert t_n < t_more
 
 
+def test_property_tests_are_derandomized():
+    """tests/conftest.py loads a derandomized hypothesis profile; per-test @settings
+    keep it (a fresh machine draws what every other run drew)."""
+    for test in (test_time_grows_with_bytes, test_time_grows_with_devices, test_ring_beats_line_at_large_sizes,
+                 test_blackhole_beats_wormhole_at_equal_bytes):
+        assert test._hypothesis_internal_use_settings.derandomize
+
+
 @settings(max_examples=60, deadline=None, database=None)
 @given(name=st.sampled_from(UNIFORM_SYSTEMS), kind=st.sampled_from(PRICED),
        n=st.integers(3, 32), b=st.integers(min_value=MIB, max_value=1 << 32))
