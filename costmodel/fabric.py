@@ -110,7 +110,8 @@ class Fabric:
       hop_latency_us: fabric hop latency (1D fabric).
       startup: per CCL kind, the fitted startup latency.
       efficiency: per (kind, topology), fraction of ``line_rate * links * (2 on ring)``
-        reached at large sizes, by device count (the nearest measured count is used).
+        reached at large sizes, by measured device count (``link_efficiency`` prices the
+        counts in between and beyond).
       anchors: measured points the model passes through.
       p2p_startup_us: fixed cost of one ``ttnn.point_to_point`` op.
       p2p_efficiency: fraction of one link's line rate one point-to-point transfer gets.
@@ -130,13 +131,44 @@ class Fabric:
 
     # ---- the fitted model -----------------------------------------------------------
 
+    def __post_init__(self):
+        for (kind, topology), table in self.efficiency.items():
+            per_byte = [(m, traffic_bytes(kind, m, 1.0) / table[m]) for m in sorted(table)]
+            for (m1, c1), (m2, c2) in zip(per_byte, per_byte[1:]):
+                if c2 < c1:
+                    raise ValueError(
+                        f"{self.arch} {kind} {topology}: the measured rates make {m2} devices cheaper per "
+                        f"byte than {m1} ({c2:.4g} < {c1:.4g} per line-rate byte); the interpolation in "
+                        f"link_efficiency would make time fall with devices")
+        for kind, s in self.startup.items():
+            if min(s.line_hop_us, s.ring_hop_us) < 0:
+                raise ValueError(f"{self.arch} {kind}: a negative hop term makes time fall with devices")
+
     def link_efficiency(self, kind: str, topology: str, n: int) -> float:
-        """Large-size efficiency for (kind, topology, n): the nearest measured n."""
+        """Large-size efficiency for (kind, topology, n).
+
+        At a measured n, the measured share. Between two measured counts m1 < n < m2, the
+        share that puts the bandwidth term's time per input byte, ``traffic(kind, n, 1) /
+        efficiency``, on the straight line between its values at m1 and m2. Outside the
+        measured range, the share of the nearest end (the time per byte still grows with
+        ``traffic``). So the bandwidth term never falls as devices are added, provided the
+        measured points do not (``__post_init__`` checks them); docs/costmodel.md 1.2.
+        """
         table = self.efficiency.get((kind, topology)) or self.efficiency.get((kind, "line"))
         if not table:
             raise KeyError(f"{self.arch}: no efficiency for {kind} on a {topology}")
-        nearest = min(table, key=lambda m: (abs(m - n), m))
-        return table[nearest]
+        if n in table:
+            return table[n]
+        measured = sorted(table)
+        if n < measured[0]:
+            return table[measured[0]]
+        if n > measured[-1]:
+            return table[measured[-1]]
+        hi = next(m for m in measured if m > n)
+        lo = max(m for m in measured if m < n)
+        c_lo, c_hi = (traffic_bytes(kind, m, 1.0) / table[m] for m in (lo, hi))
+        c_n = c_lo + (c_hi - c_lo) * (n - lo) / (hi - lo)
+        return traffic_bytes(kind, n, 1.0) / c_n
 
     def bandwidth_gbps(self, kind: str, topology: str, n: int, links: int) -> float:
         """Bytes per second (GB/s) the busiest link's traffic drains at."""

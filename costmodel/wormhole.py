@@ -46,8 +46,10 @@ STARTUP = {
 # ring fits' at N=8 (the SUMMARY file: "the peak rate they reach at the largest device
 # count"). A line of 2 never reaches the N=4 rate: its rows plateau lower (the same file's
 # n=2 linkbw column at the largest sizes: all_gather 6.36, reduce_scatter 8.92,
-# all_reduce 7.42, all_to_all 6.32 GB/s), so N=2 has its own entry. Lines of 3 take the
-# nearest measured N (Fabric.link_efficiency), 2 or 4 (a tie goes to the smaller one).
+# all_reduce 7.42, all_to_all 6.32 GB/s), so N=2 has its own entry. No line of 3 and no
+# ring other than 8 is measured: Fabric.link_efficiency interpolates a line of 3's time
+# per byte between N=2 and N=4, and holds the nearest end's share outside (lines of 5 and
+# more at N=4's, rings of 3 to 7 at N=8's: docs/costmodel.md 1.2).
 EFFICIENCY = {
     ("all_gather", "line"): {2: _efficiency(6.36), 4: _efficiency(11.8)},
     ("all_gather", "ring"): {8: _efficiency(20.8, ring=True)},

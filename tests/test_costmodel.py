@@ -6,15 +6,16 @@ properties, and a Llama-3-8B decode sanity check.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from shard_opt import costmodel
-from shard_opt.costmodel import registry
+from shard_opt.costmodel import blackhole, registry, wormhole
 from shard_opt.costmodel.fabric import traffic_bytes
 from shard_opt.errors import UserError
 from shard_opt.facts import Collective, ModuleFacts, OpWork
@@ -116,6 +117,8 @@ def test_time_grows_with_bytes(system, kind, b1, b2, data):
 @settings(max_examples=60, deadline=None, database=None)
 @given(name=st.sampled_from(UNIFORM_SYSTEMS), kind=st.sampled_from(PRICED),
        topology=st.sampled_from(["line", "ring"]), n=st.integers(2, 31), b=sizes)
+# A fresh machine's random draw: a line of 3 was priced at the N=2 plateau, above a line of 4.
+@example(name="wh-loudbox", kind="all_reduce", topology="line", n=3, b=138_309)
 def test_time_grows_with_devices(name, kind, topology, n, b):
     if topology == "ring" and n < 3:
         n = 3  # a 2-device ring is a line
@@ -123,6 +126,26 @@ def test_time_grows_with_devices(name, kind, topology, n, b):
     t_n = system.collective_time_us(kind, b, n, topology=topology)
     t_more = system.collective_time_us(kind, b, n + 1, topology=topology)
     assert t_n < t_more
+
+
+def test_line_of_three_is_priced_between_two_and_four():
+    """No line of 3 is measured: its time per byte is interpolated between the measured
+    N=2 and N=4 (Fabric.link_efficiency); measured counts keep their measured shares."""
+    for fabric in (wormhole.FABRIC, wormhole.TUNED_FABRIC, blackhole.FABRIC):
+        for (kind, topology), table in fabric.efficiency.items():
+            for n, share in table.items():
+                assert fabric.link_efficiency(kind, topology, n) == share
+            if topology == "line":
+                per_byte = {n: traffic_bytes(kind, n, 1.0) / fabric.link_efficiency(kind, topology, n)
+                            for n in (2, 3, 4)}
+                assert per_byte[3] == pytest.approx((per_byte[2] + per_byte[4]) / 2)
+            assert fabric.link_efficiency(kind, topology, 32) == table[max(table)]  # beyond: the last share
+            assert fabric.link_efficiency(kind, topology, min(table) - 1) == table[min(table)] or min(table) == 2
+    wh = costmodel.get_system("wh-loudbox")
+    line = [wh.collective_time_us("all_reduce", 32 * MIB, n, topology="line") for n in (2, 3, 4)]
+    assert line[0] < line[1] < line[2]
+    with pytest.raises(ValueError, match="cheaper per byte"):
+        dataclasses.replace(wormhole.FABRIC, efficiency={("all_reduce", "line"): {2: 0.3, 4: 0.9}})
 
 
 def test_property_tests_are_derandomized():
