@@ -179,6 +179,28 @@ class System:
         fewest = min((a.links for axes in self.axis_links.values() for a in axes), default=1)
         return tuple(AxisLinks("line", fewest) for _ in shape)
 
+    def group_wiring(self, devices: int, mesh_shape: tuple[int, ...] | None = None) -> AxisLinks:
+        """The wiring a collective over a group of ``devices`` chips is priced on when only
+        its size is known (an integer ``axis``: sub-axes, what-if studies).
+
+        The group is placed inside a mesh axis that holds it (at least ``devices`` long)
+        where it gets the most links per pair, as a line; an axis of exactly its size wins
+        a tie and keeps its own topology (the minor axis first). A group longer
+        than every axis crosses axes: a line on the fewest links any axis has. Every axis
+        that holds ``devices + 1`` chips holds ``devices`` too, so links never grow with
+        the group and time never falls with it: on a Wormhole Galaxy 8x4 (4 links on the
+        8-long axis, 3 on the 4-long one: tt-metal LLMs/llms.md 3.3.1) groups of 2 to 8
+        get 4 links and larger ones 3 (docs/costmodel.md 1.7).
+        """
+        shape = tuple(mesh_shape) if mesh_shape is not None else self.default_mesh
+        wiring = self.links_for(shape)
+        holders = [(a.links, size == devices, dim) for dim, (size, a) in enumerate(zip(shape, wiring))
+                   if size >= devices]
+        if not holders:
+            return AxisLinks("line", min((a.links for a in wiring), default=1))
+        links, exact, dim = max(holders)
+        return wiring[dim] if exact else AxisLinks("line", links)
+
     def _axis_groups(self, axis, mesh_shape, axis_names) -> list[tuple[int, AxisLinks]]:
         """(size, links) of each mesh axis a collective runs over, in order."""
         shape = tuple(mesh_shape) if mesh_shape is not None else self.default_mesh
@@ -192,11 +214,7 @@ class System:
         if isinstance(axis, int):
             if axis <= 1:
                 return []
-            for size, links in reversed(list(zip(shape, wiring))):  # the minor axis first
-                if size == axis:
-                    return [(size, links)]
-            fewest = min((a.links for a in wiring), default=1)
-            return [(axis, AxisLinks("line", fewest))]
+            return [(axis, self.group_wiring(axis, shape))]
         axes = [axis] if isinstance(axis, str) else list(axis)
         out = []
         for a in axes:

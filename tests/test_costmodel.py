@@ -128,6 +128,38 @@ def test_time_grows_with_devices(name, kind, topology, n, b):
     assert t_n < t_more
 
 
+# A fixed grid, 1 KiB to 64 MiB: powers of 2 and a few odd sizes (138,309 B is the draw
+# that failed test_time_grows_with_devices).
+GRID_SIZES = sorted({1 << k for k in range(10, 27)} | {3 * KIB, 100_000, 138_309, 3 * MIB + 7, 50_000_000})
+# Every priced kind as tt-mlir lowers it, and the variants a cost model can ask for.
+GRID_KINDS = [(k, {}) for k in PRICED] + [("all_to_all", {"native_all_to_all": True}),
+                                          ("collective_permute", {"allow_collective_permute": True})]
+GRID_MODELS = [("generic", {}), ("tuned", {}), ("generic", {"alpha_beta": True})]
+
+
+@pytest.mark.parametrize("name", [s.name for s in costmodel.list_systems()])
+def test_time_never_falls_as_devices_are_added(name):
+    """test_time_grows_with_devices on a fixed grid: every system, collective profile,
+    kind, topology, per-device input size, and n = 2..32 (a group of n chips on the
+    system's default mesh, ``System.group_wiring``). As there, a "ring" starts at 3: a
+    2-device ring is a line, and a ring of 3 may rightly be cheaper than it (it sends
+    each byte half the way in each direction; measured: WH all_reduce 2 MiB, line of 2
+    309.5 us, ring of 8 249.4 us, SUMMARY_wormhole_b0_bfloat16_6144.md)."""
+    system = costmodel.get_system(name)
+    falls = []
+    for profile, model in GRID_MODELS:
+        for kind, options in GRID_KINDS:
+            for topology in ("line", "ring"):
+                first = 3 if topology == "ring" else 2
+                for b in GRID_SIZES:
+                    times = [system.collective_time_us(kind, b, n, topology=topology, profile=profile,
+                                                       **model, **options)
+                             for n in range(first, 34)]
+                    falls += [(profile, model, kind, options, topology, b, n, t0, t1)
+                              for n, (t0, t1) in enumerate(zip(times, times[1:]), first) if t1 < t0]
+    assert not falls, f"{len(falls)} falls, e.g. {falls[:5]}"
+
+
 def test_line_of_three_is_priced_between_two_and_four():
     """No line of 3 is measured: its time per byte is interpolated between the measured
     N=2 and N=4 (Fabric.link_efficiency); measured counts keep their measured shares."""
@@ -146,6 +178,25 @@ def test_line_of_three_is_priced_between_two_and_four():
     assert line[0] < line[1] < line[2]
     with pytest.raises(ValueError, match="cheaper per byte"):
         dataclasses.replace(wormhole.FABRIC, efficiency={("all_reduce", "line"): {2: 0.3, 4: 0.9}})
+
+
+def test_a_larger_group_never_gets_more_links():
+    """A group of n chips is placed where it gets the most links among the axes that hold
+    it (System.group_wiring): the axes that hold n+1 chips hold n, so links never grow
+    with n. Before, a Galaxy group of 7 got the fewest links (3) and 8 got 4: -22%."""
+    for system in costmodel.list_systems():
+        for mesh in system.meshes:
+            links = [system.group_wiring(n, mesh).links for n in range(2, 34)]
+            assert links == sorted(links, reverse=True), (system.name, mesh, links)
+    galaxy = costmodel.get_system("wh-galaxy")
+    assert [galaxy.group_wiring(n).links for n in (2, 3, 4, 5, 7, 8, 9, 32)] == [4, 4, 4, 4, 4, 4, 3, 3]
+    assert str(galaxy.group_wiring(8)) == "line/4 links"  # the 8-long axis itself
+    assert costmodel.get_system("wh-loudbox").group_wiring(8, (1, 8)).topology == "ring"
+    assert costmodel.get_system("bh-galaxy-torus").group_wiring(4) == costmodel.get_system(
+        "bh-galaxy-torus").links_for()[1]  # the minor axis first
+    for kind in PRICED:
+        for b in GRID_SIZES:
+            assert galaxy.collective_time_us(kind, b, 8) >= galaxy.collective_time_us(kind, b, 7)
 
 
 def test_property_tests_are_derandomized():
