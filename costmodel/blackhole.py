@@ -5,7 +5,9 @@ Wormhole's (references/tenstorrent.md section 4):
   * bandwidth: the BH Galaxy large-size link efficiencies at 25 GB/s per link and
     direction, 2 links per neighbour pair;
   * startup: Wormhole's fitted startup terms times the mean ratio of the BH to WH
-    measured small-message times (0.686), then anchored on the three BH points.
+    measured small-message times (0.686), then anchored on the three BH points;
+  * the tuned profile: Wormhole's tuned startup terms times the same 0.686, at the same
+    bandwidth (no tuned Blackhole CCL is measured).
 Adding a Blackhole system is one more ``System(...)`` in ``SYSTEMS``.
 """
 
@@ -64,6 +66,16 @@ FABRIC = Fabric(
     calibration_links=2,  # BH Galaxy descriptors: channels { count: 2 } (section 2)
 )
 
+# The tuned profile (docs/costmodel.md 1.9). No Blackhole measurement of tt-metal's async
+# persistent CCLs is published (the references' Blackhole CCL figures, section 4, are the
+# plain ttnn ops of SUMMARY_blackhole_bfloat16_8192.md), so it is derived the way the
+# generic profile is: Wormhole's tuned startup terms (fitted to the Galaxy Llama-70B CCLs,
+# wormhole.GALAXY_LLAMA70B_CCLS) times STARTUP_SCALE, at the BH Galaxy large-size link
+# shares above (EFFICIENCY, section 4) -- as Wormhole's tuned profile keeps its generic
+# rates. No anchors: they are generic-op measurements. Unconfirmed (no tuned BH point).
+TUNED_STARTUP = {kind: s.scaled(STARTUP_SCALE) for kind, s in wormhole.TUNED_STARTUP.items()}
+TUNED_FABRIC = dataclasses.replace(FABRIC, startup=TUNED_STARTUP, anchors=())
+
 # Per chip (section 3): 110 cores for compute x 5.4 / 2.7 / 1.35 TFLOPS per core at
 # LoFi / HiFi2 / HiFi4 (140 on the spec page, 120 enabled since firmware 19.5.0).
 PEAK_TFLOPS = {"LoFi": 110 * 5.4, "HiFi2": 110 * 2.7, "HiFi4": 110 * 1.35}
@@ -108,7 +120,7 @@ def _blackhole(name, title, chips, axis_links, sources) -> System:
     return System(
         name=name, arch="blackhole", chips=chips, meshes=tuple(axis_links), axis_links=axis_links,
         dram_bytes=DRAM_BYTES, dram_gbps=DRAM_GBPS, peak_tflops=PEAK_TFLOPS, fabric=FABRIC,
-        compute=COMPUTE, title=title, sources=sources,
+        tuned_fabric=TUNED_FABRIC, compute=COMPUTE, title=title, sources=sources,
     )
 
 

@@ -163,7 +163,7 @@ def test_time_never_falls_as_devices_are_added(name):
 def test_line_of_three_is_priced_between_two_and_four():
     """No line of 3 is measured: its time per byte is interpolated between the measured
     N=2 and N=4 (Fabric.link_efficiency); measured counts keep their measured shares."""
-    for fabric in (wormhole.FABRIC, wormhole.TUNED_FABRIC, blackhole.FABRIC):
+    for fabric in (wormhole.FABRIC, wormhole.TUNED_FABRIC, blackhole.FABRIC, blackhole.TUNED_FABRIC):
         for (kind, topology), table in fabric.efficiency.items():
             for n, share in table.items():
                 assert fabric.link_efficiency(kind, topology, n) == share
@@ -197,6 +197,31 @@ def test_a_larger_group_never_gets_more_links():
     for kind in PRICED:
         for b in GRID_SIZES:
             assert galaxy.collective_time_us(kind, b, 8) >= galaxy.collective_time_us(kind, b, 7)
+
+
+def test_blackhole_tuned_profile():
+    """No tuned Blackhole CCL is measured: the tuned profile is Wormhole's tuned startup
+    scaled as the generic one is (blackhole.STARTUP_SCALE), at the BH Galaxy rates."""
+    for system in costmodel.list_systems():
+        if system.arch == "blackhole":
+            assert system.fabric_for("tuned") is blackhole.TUNED_FABRIC
+    tuned = blackhole.TUNED_FABRIC
+    assert tuned.efficiency is blackhole.EFFICIENCY and tuned.anchors == ()
+    for kind, startup in tuned.startup.items():
+        assert startup == wormhole.TUNED_STARTUP[kind].scaled(blackhole.STARTUP_SCALE)
+    for name in ("bh-galaxy", "bh-loudbox", "p300"):
+        system = costmodel.get_system(name)
+        for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+            for n in range(2, 9):
+                for b in (4 * KIB, 64 * KIB, 1 * MIB, 64 * MIB):
+                    t_tuned = system.collective_time_us(kind, b, n, profile="tuned")
+                    assert t_tuned <= system.collective_time_us(kind, b, n, profile="generic")
+    for wh, bh, mesh in (("n300", "p300", (1, 2)), ("wh-loudbox", "bh-loudbox", (2, 4)),
+                         ("wh-loudbox", "bh-loudbox", (1, 8))):
+        for kind in PRICED:
+            for b in (4 * KIB, 1 * MIB, 64 * MIB):
+                assert costmodel.get_system(bh).collective_time_us(kind, b, "model", mesh, profile="tuned") < \
+                    costmodel.get_system(wh).collective_time_us(kind, b, "model", mesh, profile="tuned")
 
 
 def test_property_tests_are_derandomized():
