@@ -10,6 +10,7 @@
 // CHECK-NEXT: {{^  }}apply-constraints {{ +}}Constrain the sharding of intermediate values
 // CHECK-NEXT: {{^  }}apply-shardings {{ +}}Set sdy.sharding on @main's arguments
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
+// CHECK-NEXT: {{^  }}decouple-const-fanout {{ +}}Clone constant-fed broadcasts per use (tt-mlir's DecoupleConstFanoutPass)
 // CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
 // CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, RoPE, activations, linear)
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
