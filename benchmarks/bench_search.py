@@ -115,7 +115,7 @@ def exhaustive_optimum(model: str, mesh: str, phase: str, limit: int) -> float |
     system = costmodel.get_system(costmodel.default_system_for_mesh(m.shape))
     cm = costmodel.get_cost_model("tenstorrent")
     res = search(lowered, [m], system, cm, parallelism=set(PARALLELISM), groups=groups,
-                 scorer=make_scorer(lowered, m, system, cm), exhaustive_limit=limit, exhaustive_seconds=None)
+                 scorer=make_scorer(lowered, m, system, cm), exhaustive_limit=limit, exhaustive_ops=None)
     return res.score.total_us
 
 

@@ -819,7 +819,7 @@ def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
     res = search(model, meshes, None, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
-                 groups=ag, exhaustive_limit=1500, exhaustive_seconds=None)
+                 groups=ag, exhaustive_limit=1500, exhaustive_ops=None)
     out["autoshard-heuristic"] = score_dict(scorer.score(ag, res.assignment))
     out["autoshard-heuristic"]["candidates_evaluated"] = res.candidates_evaluated
     return out, shardings_for(model, ag, res.assignment)

@@ -14,6 +14,7 @@ import copy
 import itertools
 import math
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -157,6 +158,18 @@ def constraints_for(groups: list[Group], assignment: tuple[int, ...]) -> dict:
     return {g.role: g.options[o] for g, o in zip(groups, assignment) if g.by == "site" and o != 0}
 
 
+# One Shardy run's fixed cost (clone, passes, analysis) in ops of the module: a 15-op
+# module's run takes about what 75 ops of a large one take (measured 2026-12-01).
+RUN_OVERHEAD_OPS = 60
+_OP_LINE = re.compile(r"^\s*(?:%[^=\n]*=\s*)?\"?[a-z_]+\.[a-z_.]+", re.M)
+
+
+def op_count(text: str) -> int:
+    """The operations of a printed module (one per line, nested regions' included):
+    deterministic, and what a candidate's propagation time grows with."""
+    return len(_OP_LINE.findall(text))
+
+
 _UIDS = itertools.count()
 # Evaluator.module() has them already
 _GUARDED = dict(guard_opaque_ops=False, guard_moved_dims=False, decouple_const_fanout=False)
@@ -224,6 +237,7 @@ class Evaluator:
         self.weights = weights or WeightFormats()
         self.text, self.storage = prepared if prepared is not None else prepare(model, pipeline, self.weights)
         self._module = None  # parsed from self.text on first use (module())
+        self._ops = None  # op_count(self.text), on first use (ops_each)
         # persist: the facts of earlier runs on this module (shard_opt.factcache) start the
         # memo, and persist() writes the memo back
         self.persist_facts = persist
@@ -254,9 +268,18 @@ class Evaluator:
                 self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage, self.allow)
 
     @property
+    def ops_each(self) -> int:
+        """What one evaluation here costs, statically: the ops of the prepared module plus
+        ``RUN_OVERHEAD_OPS`` (the search's enumeration budget reads this, never a clock)."""
+        if self._ops is None:
+            self._ops = op_count(self.text) + RUN_OVERHEAD_OPS
+        return self._ops
+
+    @property
     def seconds_each(self) -> float | None:
         """Mean seconds of one evaluation here; before any, what an earlier run's took
-        (stored with its facts), so budgets decide alike when the facts come from disk."""
+        (stored with its facts). Only decides whether worker processes pay
+        (``shard_opt.parallel``), never which candidates are evaluated."""
         n = self.stats["evaluations"]
         return self.stats["seconds"] / n if n else self._stored_seconds
 
@@ -440,6 +463,11 @@ class LayeredEvaluator:
     def persist(self) -> None:
         self.e1.persist()
         self.e2.persist()
+
+    @property
+    def ops_each(self) -> int:
+        """One candidate's static cost: a run of each short model."""
+        return self.e1.ops_each + self.e2.ops_each
 
     @property
     def seconds_each(self) -> float | None:

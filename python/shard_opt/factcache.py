@@ -11,8 +11,9 @@ short copies on 2x4, the same in every such run.
 Files live in the lowering cache's directory (``frontends/cache.py``: on by default,
 ``--no-cache`` or ``SHARD_OPT_CACHE=off`` turn both off), under ``facts/``, one per
 evaluator, zlib-compressed pickles of ``{candidate key: ModuleFacts}`` with the mean
-seconds one evaluation took (the search's enumeration budget reads it when every
-candidate it would time comes from here). The key hashes everything the facts depend on:
+seconds one evaluation took (``shard_opt.parallel`` reads it to decide whether worker
+processes pay when every candidate it would time comes from here; the search's plan
+never depends on it). The key hashes everything the facts depend on:
 the prepared module text and the settings above, jaxlib's version and the source of
 every module of the core and of the passes; so a change to the analysis or the passes
 never serves stale facts. The least recently used files are evicted with the lowering

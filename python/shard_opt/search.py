@@ -5,7 +5,9 @@
    search: start from seeds (replicated, the Megatron baseline, the best single-group
    moves), then repeatedly try every option of every group and keep the best move,
    until no move improves. Every candidate is priced by real Shardy propagation
-   (``shard_opt.evaluate``), memoized.
+   (``shard_opt.evaluate``), memoized. "Small" is decided from the space and a static
+   cost per candidate (the ops of the module(s) it propagates), never from a clock or
+   the core count, so a slower or a busier machine searches the same candidates.
 3. Deep models are scored from their 1- and 2-layer versions (``LayeredEvaluator``);
    the winner is then evaluated once on the whole model for the plan's figures.
 
@@ -21,14 +23,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from shard_opt import parallel
 from shard_opt.candidates import Group, make_groups
 from shard_opt.evaluate import Evaluation, Evaluator, LayeredEvaluator, Score, constraints_for, shardings_for
 from shard_opt.lowered import LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
 
 EXHAUSTIVE_LIMIT = 1500
-EXHAUSTIVE_SECONDS = 10.0  # enumerate a space only if its estimated time is under this (None: always)
+# enumerate a space only if space x ops per candidate (``scorer.ops_each``) is at most this
+# (None: always, up to EXHAUSTIVE_LIMIT): about 5 s of Shardy on one core of the 2-core
+# machine of benchmarks/results.md. The 648 candidates of examples/mlp.mlir on 2x4 cost
+# 48,600 (75 each); GPT-2 XL's 432 on 1x8 381,456 (883 each: its 1- and 2-layer copies).
+EXHAUSTIVE_OPS = 100_000
 
 
 @dataclass
@@ -68,9 +73,13 @@ class SearchResult:
 def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
            parallelism: set[str], groups: list[Group] | None = None, scorer=None,
            seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True,
-           exhaustive_limit: int = EXHAUSTIVE_LIMIT, exhaustive_seconds: float | None = EXHAUSTIVE_SECONDS,
+           exhaustive_limit: int = EXHAUSTIVE_LIMIT, exhaustive_ops: int | None = EXHAUSTIVE_OPS,
            sites: list[Group] = (), objective=Score.key) -> SearchResult:
     """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``).
+
+    The argument space is enumerated when it has at most ``exhaustive_limit`` candidates
+    and ``space x scorer.ops_each`` is at most ``exhaustive_ops`` (both static: the same
+    model gets the same plan on any machine, under any ``SHARD_OPT_JOBS``).
 
     ``sites`` (``candidates.site_groups``) are searched after the argument groups, from
     their best assignment: a constraint on an intermediate value is a refinement of an
@@ -95,13 +104,10 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         progress.update(len(scored) + len(screened), None, score(b))
 
     exhaustive = space <= exhaustive_limit
-    if exhaustive and exhaustive_seconds is not None:
-        # enumerate only what fits the time budget: a deep model's candidate costs two
-        # Shardy runs (1 and 2 layers), and a 1458-candidate space of GPT-2 XL took a minute
-        zero = tuple(0 for _ in groups)
-        score_all([zero])
-        each = scorer.seconds_each or 0.0
-        exhaustive = space * each / parallel.jobs() <= exhaustive_seconds
+    if exhaustive and exhaustive_ops is not None:
+        # a static budget: a deep model's candidate costs two Shardy runs (1 and 2 layers),
+        # and GPT-2 XL's 432 candidates on 1x8 take 13-15 s on one core
+        exhaustive = space * scorer.ops_each <= exhaustive_ops
     if exhaustive:
         every = list(itertools.product(*[range(n) for n in sizes]))
         best = None
