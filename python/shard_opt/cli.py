@@ -286,11 +286,7 @@ def _run_parsed(ns) -> int:
     if ns.devices and ns.devices not in STANDARD_MESHES:
         raise UserError(f"--devices {ns.devices}: standard systems have {', '.join(map(str, STANDARD_MESHES))} chips; "
                         f"pass one of those, or --mesh RxC")
-    if ns.emit_torch and not ns.in_place and len(ns.inputs) == 1 and _same_file(ns.emit_torch, ns.inputs[0]):
-        raise UserError(f"--emit-torch {ns.emit_torch} would overwrite the input script; add --in-place to allow it")
-    outputs = [p for p in (ns.output, ns.plan_json, ns.report, ns.emit_torch, ns.emit_lit_test) if p and p != "-"]
-    for path in outputs:
-        _check_writable(path)
+    _check_outputs(ns, [_input_name(i) for i in ns.inputs])
 
     if ns.pass_pipeline:
         return _run_pipeline(ns, meshes)
@@ -304,8 +300,12 @@ def _run_parsed(ns) -> int:
         # background: a zoo model's copies for the search are lowered beside the model itself
         models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
                                  dtype=ns.dtype, spec=ns.spec, background=not ns.describe) for i in ns.inputs]
+    names = [m.name for m in models]
+    if names != [_input_name(i) for i in ns.inputs]:
+        _check_outputs(ns, names)  # the per-model paths, named as the models came out
     if ns.emit_torch:  # before the search: fail fast
-        _check_torch_source(models[0])
+        for m in models:
+            _check_torch_source(m)
     if ns.describe:
         from shard_opt.frontends.describe import format_architecture
 
@@ -374,33 +374,110 @@ def cache_line(sources: list[str] = ()) -> str | None:
             f"{cache.stats['hits']} of {loads} lowerings reused); --no-cache to skip")
 
 
+def _input_name(source: str) -> str:
+    """The name a frontend gives the model of INPUT (``LoweredModel.name``), known before
+    lowering it so the per-model output paths are checked before any work."""
+    if source.startswith("zoo:"):
+        return source[4:]
+    if source == "-":
+        return "stdin"
+    return os.path.splitext(os.path.basename(source))[0]
+
+
+def file_keys(names: list[str]) -> list[str]:
+    """What each model of a pipeline is called in its output file names: its name, made
+    safe for a path (``[A-Za-z0-9_.-]``); models of one name are numbered ``-1``, ``-2``..."""
+    safe = [re.sub(r"[^\w.-]", "_", n) or "model" for n in names]
+    seen: dict[str, int] = {}
+    out = []
+    for s in safe:
+        seen[s] = seen.get(s, 0) + 1
+        out.append(f"{s}-{seen[s]}" if safe.count(s) > 1 else s)
+    return out
+
+
+def per_model_path(path: str, key: str) -> str:
+    """A pipeline model's own output file: its key before the extension (``pipe.mlir`` ->
+    ``pipe.t5.mlir``, ``pipe`` -> ``pipe.t5``); ``-`` (stdout) stays ``-``."""
+    if path == "-":
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}.{key}{ext}"
+
+
+def _chart_path(report: str) -> str:
+    """The report's chart: ``R.md`` -> ``R_ccl.png``."""
+    return os.path.splitext(report)[0] + "_ccl.png"
+
+
+def _output_paths(ns, names: list[str]) -> list[str]:
+    """Every file the run will write (not stdout). One model: each flag's path (and the
+    report's chart). A pipeline: the plan JSON and the report as given, holding every
+    model; ``-o``, ``--emit-torch``, ``--emit-lit-test`` and the charts one per model."""
+    single = [p for p in (ns.plan_json, ns.report) if p and p != "-"]
+    each = [p for p in (ns.output, ns.emit_torch, ns.emit_lit_test) if p and p != "-"]
+    if ns.report and ns.report != "-":
+        each.append(_chart_path(ns.report))
+    if len(names) <= 1:
+        return single + each
+    return single + [per_model_path(p, k) for p in each for k in file_keys(names)]
+
+
+def _check_outputs(ns, names: list[str]) -> None:
+    """Before any work: every output path can be written, and --emit-torch overwrites no
+    input script unless --in-place."""
+    if ns.emit_torch and not ns.in_place:
+        keys = file_keys(names) if len(names) > 1 else [None]
+        for source, key in zip(ns.inputs, keys):
+            path = ns.emit_torch if key is None else per_model_path(ns.emit_torch, key)
+            if _same_file(path, source):
+                raise UserError(f"--emit-torch {path} would overwrite the input script; add --in-place to allow it")
+    for path in _output_paths(ns, names):
+        _check_writable(path)
+
+
 def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
+    """Every deliverable the flags ask for, written all or none (``_write_all``). A pipeline
+    (several outcomes) writes each model's module, script and lit test to its own file
+    (``per_model_path``); the plan JSON and the report hold every model."""
     out = sys.stdout
-    files: dict[str, str | bytes] = {}
+    files: list[tuple[str, str | bytes]] = []
     from shard_opt.plan import dumps
 
+    pipeline = len(outcomes) > 1
+    keys = file_keys([o.model.name for o in outcomes]) if pipeline else [None]
+
+    def each(path: str):
+        for o, key in zip(outcomes, keys):
+            yield o, (path if key is None else per_model_path(path, key))
+
     if ns.plan_json:
-        files[ns.plan_json] = dumps(plan_json)
+        files.append((ns.plan_json, dumps(plan_json)))
     if ns.report:
         from shard_opt.emit.report import render_report, write_ccl_chart
 
-        png = os.path.splitext(ns.report)[0] + "_ccl.png"
-        files[ns.report] = render_report(outcomes[0].plan, png_path=os.path.basename(png))
-        files[png] = _chart_bytes(write_ccl_chart, outcomes[0].plan)
+        charts = list(each(_chart_path(ns.report))) if ns.report != "-" else []
+        pngs = [os.path.basename(png) for _, png in charts]
+        files.append((ns.report, render_report(plan_json, png_path=(pngs if pipeline else pngs[0]) if pngs else None)))
+        files += [(png, _chart_bytes(write_ccl_chart, o.plan)) for o, png in charts]
     if ns.emit_torch:
-        files[ns.emit_torch] = _emit_torch(outcomes[0])
+        files += [(path, _emit_torch(o)) for o, path in each(ns.emit_torch)]
     if ns.emit_lit_test:
         from shard_opt.emit.lit_test import emit_lit_test
 
         run_args = " ".join(f"--mesh {m}" for m in ns.mesh) if ns.mesh else ""
-        files[ns.emit_lit_test] = emit_lit_test(outcomes[0].annotated_text, outcomes[0].plan, run_args=run_args)
+        files += [(path, emit_lit_test(o.annotated_text, o.plan, run_args=run_args))
+                  for o, path in each(ns.emit_lit_test)]
+    modules = [main_text] if not pipeline else [
+        f"// shard-opt: model {o.model.name}\n{o.annotated_text}" for o in outcomes]
     if ns.output:
-        files[ns.output] = main_text
-    for data in [d for p, d in files.items() if p == "-"]:
+        files += [(path, text) for (_, path), text in zip(each(ns.output), modules)]
+    for data in [d for p, d in files if p == "-"]:
         out.write(data)
-    _write_all({p: d for p, d in files.items() if p != "-"})
+    _write_all({p: d for p, d in files if p != "-"})
     if not ns.output and ns.plan_json != "-":
-        out.write(main_text if main_text.endswith("\n") else main_text + "\n")
+        text = "// -----\n".join(m if m.endswith("\n") else m + "\n" for m in modules)
+        out.write(text)
 
 
 def _optimize_all(models, opts, ns):
@@ -423,19 +500,25 @@ def _optimize_all(models, opts, ns):
     _, shape, outs, slowest = best
     for o in outs:
         _note_nothing_to_split(o.plan, opts.parallelism)
-    why = None
+    why = choice = None
     if len(trials) > 1:
         parts = [f"{t[1].spec}: slowest model {t[0]:.1f} us" for t in trials]
         why = (f"--devices {ns.devices}: chose {shape.spec} (best for the slowest model, "
                f"{slowest.model.name}); " + "; ".join(parts))
+        # the same in fields, for the report: each standard shape and its slowest model's step
+        choice = {"devices": ns.devices, "chosen": shape.spec, "slowest": slowest.model.name,
+                  "trials": [{"mesh": t[1].spec, "slowest": t[3].model.name,
+                              "slowest_us": t[0] if t[0] != float("inf") else None} for t in trials]}
         for o in outs:
             o.plan.setdefault("notes", []).append(why)
+            o.plan["mesh_choice"] = choice
     if len(outs) == 1:
         return outs, outs[0].plan
     mesh = outs[0].plan["mesh"]
     plan = {"pipeline": [o.plan for o in outs], "mesh": mesh, "slowest": slowest.model.name}
     if why:
         plan["notes"] = [why]
+        plan["mesh_choice"] = choice
     return outs, plan
 
 

@@ -242,6 +242,8 @@ def section_model(plan: dict, cite: Citer) -> list[str]:
                + (f" on `{p['system']}`" if p.get("system") else "")
                + f"; a standard shape for {n} chips {standard}, "
                + ("accepted" if supported else "**not accepted**") + f" by tt-mlir {accepted}.")
+    if p.get("mesh_choice"):
+        out.append("- " + mesh_choice_text(p["mesh_choice"], cite))
     for m in p.get("meshes") or []:
         if list(m.get("shape") or []) != list(shape):
             out.append(f"- Also valid on: {'x'.join(map(str, m['shape']))} ({', '.join(m.get('axes') or [])})")
@@ -254,6 +256,19 @@ def section_model(plan: dict, cite: Citer) -> list[str]:
                + ("" if fits is None else (", fits in DRAM" if fits else ", **does not fit in DRAM**")) + ".")
     out.append("")
     return out
+
+
+def mesh_choice_text(choice: dict, cite: Citer) -> str:
+    """Why ``--devices N`` chose this mesh: every standard shape it tried, with the modeled
+    step of the slowest model on it (``plan["mesh_choice"]``)."""
+    n = choice.get("devices")
+    about = f"the standard shapes for {n} chips"
+    tried = ", ".join(f"{t['mesh']} {_plan.fmt_us(t.get('slowest_us'))}"
+                      + (f" (`{t['slowest']}`)" if t.get("slowest") and t["slowest"] != choice.get("slowest") else "")
+                      for t in choice.get("trials") or [])
+    return (f"Why this mesh: `--devices {n}` lets shard-opt choose among {about} "
+            f"{cite.for_claim('standard-mesh', about)}; it took {choice.get('chosen')}, the fastest modeled step "
+            f"for the slowest model, `{choice.get('slowest')}` (slowest model per shape: {tried}).")
 
 
 def section_architecture(plan: dict, cite: Citer) -> list[str]:
@@ -1111,28 +1126,34 @@ def _render_one(plan: dict, png_path: str | None, cite: Citer) -> str:
     return "\n".join(lines + appendix).rstrip() + "\n"
 
 
-def render_report_with_citations(plan: dict, *, png_path: str | None = None) -> tuple[str, list[Citer]]:
+def render_report_with_citations(plan: dict, *, png_path: str | list | None = None) -> tuple[str, list[Citer]]:
     """The report and the citers that numbered it (one per model), for tests: each citer's
     ``uses`` lists every citation with the text it follows and the claim it backs."""
     if plan.get("pipeline"):
         citers = [Citer() for _ in plan["pipeline"]]
         head = [f"# Sharding analysis - pipeline of {len(plan['pipeline'])} models", ""]
         about = f"One mesh shape for all models, chosen for the slowest: `{plan.get('slowest', '?')}`"
-        parts = ["\n".join(head + [citers[0].sentence("one-mesh-per-pipeline", about)
-                                   + " (sources in the first model's section 7)", ""])]
+        head.append(citers[0].sentence("one-mesh-per-pipeline", about) + " (sources in the first model's section 7)")
+        if plan.get("mesh_choice"):
+            head += ["", mesh_choice_text(plan["mesh_choice"], citers[0])]
+        head += ["", "Models: " + ", ".join(f"`{sub.get('model', '?')}` {_plan.fmt_us((sub.get('cost') or {}).get('total_us'))}"
+                                           for sub in plan["pipeline"]) + " (modeled step each).", ""]
+        parts = ["\n".join(head)]
+        pngs = png_path if isinstance(png_path, (list, tuple)) else [png_path] + [None] * len(plan["pipeline"])
         for i, sub in enumerate(plan["pipeline"]):
-            parts.append(_render_one(sub, png_path if i == 0 else None, citers[i]))
+            parts.append(_render_one(sub, pngs[i], citers[i]))
         return "\n".join(parts), citers
     cite = Citer()
     return _render_one(plan, png_path, cite), [cite]
 
 
-def render_report(plan: dict, *, png_path: str | None) -> str:
+def render_report(plan: dict, *, png_path: str | list | None) -> str:
     """``sharding_analysis.md`` for a plan.
 
     Args:
       plan: the plan JSON dict (a pipeline plan renders each model in turn).
-      png_path: where the chart will be, relative to the report (None: no picture).
+      png_path: where the chart will be, relative to the report (None: no picture); for a
+        pipeline, a list gives each model's chart (a single path: the first model's).
     """
     return render_report_with_citations(plan, png_path=png_path)[0]
 
