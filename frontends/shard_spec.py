@@ -15,7 +15,10 @@ each standard device count the mesh is asked first, then the spec.
      "by_devices": {"8": {"mesh": [2, 4] | None, "spec": {name: [None | axis | [axes]]},
                           "unmatched": [...]}, ...}}
 
-(``"*"`` when the spec does not depend on the device count). Keys are named as
+(``"*"`` when the spec does not depend on the device count), and ``"refused": {"2":
+"ValueError: ..."}`` for the counts whose ``get_mesh_config`` raised: tt-forge-models'
+GPT-OSS and Flux loaders raise for the counts they do not support, which means "not
+offered", not an error (``refusal`` words the plan's note). Keys are named as
 PyTorch names the tensors (``named_parameters`` / ``named_buffers``); a key that is
 not one of the model's tensors is listed as ``unmatched``.
 
@@ -51,18 +54,42 @@ def capture(model, functions, *, where: str, source: str, run_user) -> dict | No
     names = {}
     for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
         names.setdefault(id(t), name)
-    by_devices = {}
+    def ask(n):  # a count the loader raises for is one it does not offer (GPT-OSS, Flux)
+        try:
+            return get_mesh_config(n), None
+        except Exception as e:
+            text = " ".join(str(e).split())
+            return None, f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
+
+    by_devices, refused = {}, {}
     for n in (DEVICE_COUNTS if get_mesh_config is not None else ("*",)):
         mesh = None
         if get_mesh_config is not None:
-            mesh = _mesh_shape(run_user(where, f"get_mesh_config({n})", get_mesh_config, n), where, n)
+            raw_mesh, why = run_user(where, f"get_mesh_config({n})", ask, n)
+            if why is not None:
+                refused[str(n)] = why
+                continue
+            mesh = _mesh_shape(raw_mesh, where, n)
         raw = run_user(where, "load_shard_spec(model)", load_shard_spec, model)
         if raw is None:
             continue
         by_devices[str(n)] = {"mesh": mesh, **_named(raw, names, where)}
-    if not by_devices:
+    if not by_devices and not refused:
         return None
-    return {"source": source, "where": where, "by_devices": by_devices}
+    out = {"source": source, "where": where, "by_devices": by_devices}
+    if refused:
+        out["refused"] = refused
+    return out
+
+
+def refusal(data: dict | None, num_devices: int) -> str | None:
+    """Why the loader offers no spec for ``num_devices`` chips, when its
+    ``get_mesh_config`` raised for that count (a plan note; not an error)."""
+    why = ((data or {}).get("refused") or {}).get(str(num_devices))
+    if why is None:
+        return None
+    return (f"the loader's get_mesh_config({num_devices}) raised {why}: {num_devices} devices are not offered "
+            f"by {data.get('where')}, so there is no loader-spec baseline on this mesh")
 
 
 def load_spec_file(path: str, model=None, *, run_user=None) -> dict:

@@ -103,3 +103,57 @@ def test_a_spec_entry_that_does_nothing_is_a_warning(run_cli, tmp_path):
     (line,) = [ln for ln in err.splitlines() if "WARNING" in ln]
     assert "2 shard-spec entries matched nothing" in line
     assert "fc1.weight (a spec of 1 dims for a 2-dim tensor)" in line and "no.such.weight" in line
+
+
+REFUSING_LOADER = '''"""A loader that, like tt-forge-models' GPT-OSS and Flux loaders, supports some device
+counts only: get_mesh_config raises for the others."""
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(64, 256)
+        self.fc2 = nn.Linear(256, 64)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class ModelLoader:
+    def load_model(self):
+        torch.manual_seed(0)
+        return Net()
+
+    def load_inputs(self):
+        return (torch.randn(4, 32, 64),)
+
+    def get_mesh_config(self, num_devices):
+        if num_devices not in (4, 8):
+            raise ValueError(f"num_devices {num_devices} is not supported")
+        return (1, num_devices)
+
+    def load_shard_spec(self, model):
+        return {model.fc1.weight: ("model", None), model.fc2.weight: (None, "model")}
+'''
+
+
+def test_a_device_count_the_loader_refuses_is_not_offered_not_an_error(run_cli, tmp_path):
+    script = tmp_path / "refusing.py"
+    script.write_text(REFUSING_LOADER)
+    # a count it supports: its spec is the loader-spec baseline, as always
+    plan, err = run(run_cli, tmp_path, script, "--mesh", "1x4")
+    base = plan["baselines"]["loader-spec"]
+    assert base["mesh"] == [1, 4] and base["arguments"]["fc1.weight"] == [["model"], []]
+    # a count it refuses: no loader-spec baseline on that mesh, a plan all the same, and why
+    plan, err = run(run_cli, tmp_path, script, "--mesh", "1x2")
+    assert "loader-spec" not in plan["baselines"]
+    (note,) = [n for n in plan.get("notes", []) if "get_mesh_config(2)" in n]
+    assert "ValueError: num_devices 2 is not supported" in note and "not offered" in note
+    assert "error" not in err
+    # --evaluate on a refused count prices the module as it is (replicated) and says why
+    plan, _ = run(run_cli, tmp_path, script, "--mesh", "1x2", "--evaluate")
+    assert "loader-spec" not in plan["baselines"]
+    assert any("get_mesh_config(2)" in n for n in plan.get("notes", []))

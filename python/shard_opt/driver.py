@@ -207,6 +207,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             stream.write(line(checked.plan_check) + "\n")
     with timing.phase("persist"):
         scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
+    _note_refusal(outcome.plan, model, mesh)
     return outcome
 
 
@@ -350,6 +351,15 @@ def _changed(model, base: dict, other: dict) -> dict:
         if bx != by:
             out[a.name] = y.axis_names() if y is not None else [[] for _ in a.shape]
     return out
+
+
+def _note_refusal(plan: dict, model: LoweredModel, mesh: Mesh) -> None:
+    """The loader's get_mesh_config raised for this mesh's device count: not offered, said in a note."""
+    from shard_opt.frontends.shard_spec import refusal
+
+    why = refusal(model.meta.get("shard_spec"), mesh.num_devices)
+    if why:
+        plan.setdefault("notes", []).append(why)
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,
@@ -857,6 +867,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     for rule in sorted(broken - set(opts.allow)):
         plan.setdefault("notes", []).append(
             f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
+    _note_refusal(plan, model, mesh)
     if user is not None:
         plan["strategy"] = f"the {user.source}'s shard spec ({user.where})"
         plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,
