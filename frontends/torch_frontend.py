@@ -700,6 +700,8 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
     lowered = lower_program(prog, name=stem, dtype=dtype, where=path, source="pytorch", script_path=os.path.abspath(path))
     if user_spec is not None:
         lowered.meta["shard_spec"] = user_spec
+    # what --emit-torch wraps (shard_opt.emit.torch_script.emit_target)
+    lowered.meta["loader"] = "functions" if loader is mod else "ModelLoader"
 
     copies: dict[int, LoweredModel] = {}
 

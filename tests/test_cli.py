@@ -153,3 +153,35 @@ def test_outputs_get_ordinary_file_modes(run_cli, tmp_path):
     out.chmod(0o640)  # an existing file keeps its mode
     assert run_cli(MLP, "--mesh", "1x8", "-o", out, "--quiet")[0] == 0
     assert out.stat().st_mode & 0o777 == 0o640
+
+
+def test_emit_torch_on_a_loader_that_subclasses_another(run_cli, tmp_path):
+    # examples/llama_spec_load.py's ModelLoader inherits load_model/load_inputs from llama_load.py's
+    out = tmp_path / "sharded.py"
+    code, _, err = run_cli(os.path.join(EXAMPLES, "llama_spec_load.py"), "--mesh", "1x4", "--layers", "1",
+                           "--emit-torch", out, "-o", os.devnull, "--quiet")
+    assert code == 0, err
+    text = out.read_text()
+    compile(text, str(out), "exec")
+    assert "class ModelLoader(_SmallLlama):" in text and "def load_shard_spec(self, model):" in text
+    assert "return shard_opt_model(super().load_model(*args, **kwargs))" in text
+    assert "return shard_opt_inputs(super().load_inputs(*args, **kwargs))" in text
+
+
+def test_emit_torch_fails_before_the_search_when_the_script_cannot_be_rewritten(run_cli, tmp_path, monkeypatch):
+    script = tmp_path / "assigned.py"
+    script.write_text(
+        "import torch\n\n\ndef _build(self):\n    return torch.nn.Linear(64, 64)\n\n\n"
+        "class ModelLoader:\n    load_model = _build\n\n    def load_inputs(self):\n"
+        "        return (torch.zeros(4, 64),)\n")
+    import shard_opt.driver
+
+    def no_search(*a, **k):
+        raise AssertionError("the search ran")
+
+    monkeypatch.setattr(shard_opt.driver, "optimize", no_search)
+    code, _, err = run_cli(script, "--mesh", "1x2", "--emit-torch", tmp_path / "s.py")
+    lines = [ln for ln in err.splitlines() if ln.startswith("shard-opt")]  # torch may warn first
+    assert code == 1 and len(lines) == 1, err
+    assert f"{script}: --emit-torch: the load script's ModelLoader.load_model is assigned" in lines[0]
+    assert not (tmp_path / "s.py").exists()

@@ -327,3 +327,71 @@ def test_reshape_constraints_are_spelled_out_for_the_user(plan):
     assert "#   reshape 1x128x256xbf16->1x128x4x64xbf16: SPEC = (None, None, \"model\", None)" in out
     assert "register_forward_hook" not in out
     assert emit_torch(out, p) == out
+
+
+# The loader the scripts below inherit from or import (tt-forge-models loaders subclass
+# one another: examples/llama_spec_load.py's ModelLoader adds a spec to llama_load.py's).
+BASE_LOADER = TINY_SCRIPT + '''
+
+class BaseLoader:
+    def load_model(self, dtype_override=None):
+        return load_model()
+
+    def load_inputs(self, dtype_override=None):
+        return load_inputs()
+'''
+
+INHERITING = {
+    # the script's ModelLoader inherits both methods
+    "inherited": "from base import BaseLoader\n\n\nclass ModelLoader(BaseLoader):\n"
+                 "    def get_mesh_config(self, num_devices):\n        return (2, 4)\n",
+    # ... one of them (load_model defined here, load_inputs inherited)
+    "half": "from base import BaseLoader, load_model as _build\n\n\nclass ModelLoader(BaseLoader):\n"
+            "    def load_model(self, dtype_override=None):\n        return _build()\n",
+    # the script imports its ModelLoader
+    "imported-class": "from base import BaseLoader as ModelLoader\n",
+    # the script imports its functions
+    "imported-functions": "from base import load_inputs, load_model\n",
+}
+
+
+@pytest.mark.parametrize("form", list(INHERITING))
+def test_inherited_and_imported_loaders_are_wrapped(plan, tmp_path, form):
+    from shard_opt.emit.torch_script import emit_target
+
+    for rel, text in STUBS.items():
+        path = tmp_path / "stubs" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (tmp_path / "base.py").write_text(BASE_LOADER)
+    src = INHERITING[form]
+    loader = "functions" if form == "imported-functions" else "ModelLoader"
+    assert emit_target(src, loader=loader)["load_model"] in ("def", "inherited", "subclass", "rebind")
+    out = emit_torch(src, plan, loader=loader)
+    compile(out, "s.py", "exec")
+    assert emit_torch(out, plan, loader=loader) == out  # idempotent
+    assert emit_torch(out, plan) == out  # and read from the text alone
+    call = ("_m = load_model(); _x = load_inputs()" if loader == "functions"
+            else "_l = ModelLoader(); _m = _l.load_model(); _x = _l.load_inputs()")
+    script = tmp_path / "emitted.py"
+    script.write_text(out + textwrap.dedent(f"""
+        import json as _json
+        import torch_xla.distributed.spmd as _spmd
+        {call}
+        print(_json.dumps({{"q": _spmd.marked.get(id(_m.model.layers[0].self_attn.q_proj.weight)),
+                           "ids": _spmd.marked.get(id(_x[0]))}}))
+        """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "stubs"), str(tmp_path)]))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["q"] == [["model", None], [2, 4], ["batch", "model"]]
+    assert res["ids"] == [["batch", None], [2, 4], ["batch", "model"]]
+
+
+def test_a_loader_method_that_is_assigned_is_a_user_error(plan):
+    from shard_opt.emit.torch_script import emit_target
+
+    src = "from base import BaseLoader, build\n\n\nclass ModelLoader(BaseLoader):\n    load_model = build\n"
+    with pytest.raises(UserError, match="ModelLoader.load_model is assigned"):
+        emit_target(src)

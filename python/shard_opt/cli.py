@@ -625,13 +625,32 @@ def _emit_torch(outcome) -> str:
     from shard_opt.emit.torch_script import emit_torch
 
     with open(model.script_path) as f:
-        return emit_torch(f.read(), outcome.plan)
+        return _in_script(model, emit_torch, f.read(), outcome.plan, loader=model.meta.get("loader"))
 
 
 def _check_torch_source(model) -> None:
-    if model.source != "jax" and not model.script_path:
+    """Before the search: the input is a load script and the emitter finds where to write
+    the plan into it (``torch_script.emit_target``), so --emit-torch cannot fail at the end."""
+    if model.source == "jax":
+        return
+    if not model.script_path:
         raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
                         f"(for .mlir the annotated module is the deliverable: use -o)")
+    from shard_opt.emit.torch_script import emit_target
+
+    with open(model.script_path) as f:
+        _in_script(model, emit_target, f.read(), loader=model.meta.get("loader"))
+
+
+def _in_script(model, fn, *args, **kwargs):
+    """An emitter's UserError names the script it is about."""
+    try:
+        return fn(*args, **kwargs)
+    except UserError as e:
+        where = model.script_path or model.name
+        if model.script_path and not os.path.relpath(where).startswith(".."):
+            where = os.path.relpath(where)
+        raise UserError(f"{where}: --emit-torch: {e}") from None
 
 
 def _chart_bytes(write_chart, plan) -> bytes:

@@ -11,7 +11,10 @@ The script keeps its formatting and comments (libcst). shard-opt adds:
   device and call ``xs.mark_sharding`` (tt-xla ``examples/pytorch/llama.py``);
 * ``return X`` in ``load_model`` / ``load_inputs`` (module functions or a
   ``ModelLoader``'s methods) becomes ``return shard_opt_model(X)`` /
-  ``return shard_opt_inputs(X)``.
+  ``return shard_opt_inputs(X)``. A ``ModelLoader`` that inherits them (a subclass of
+  another loader) gets overrides returning ``shard_opt_model(super().load_model(...))``;
+  functions or a ``ModelLoader`` the script imports get a wrapping ``def`` or subclass
+  after the import (``emit_target``).
 
 PyTorch ``Linear.weight`` is ``[out, in]``; the plan's per-dim axes map one to one onto
 a partition spec: ``[["model"], []]`` -> ``("model", None)``, a dim on two axes ->
@@ -23,6 +26,8 @@ are not added twice. A script written for another plan gets the new plan's block
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -48,13 +53,17 @@ _IMPORTS = (  # (module, obj, asname) for AddImportsVisitor
 )
 
 
-def emit_torch(script_source: str, plan: dict) -> str:
+def emit_torch(script_source: str, plan: dict, *, loader: str | None = None) -> str:
     """The user's load script with the plan's sharding written in.
 
     Args:
       script_source: text of the load script (defines ``load_model`` and
-        ``load_inputs``, as functions or methods of a class such as ``ModelLoader``).
+        ``load_inputs``, as functions or methods of a class such as ``ModelLoader``;
+        the class may inherit them, or the script import them: ``emit_target``).
       plan: the plan JSON dict.
+      loader: how the frontend loaded the script (``LoweredModel.meta["loader"]``):
+        ``functions`` (module-level load_model/load_inputs) or ``ModelLoader``; None
+        reads it from the text.
 
     Returns:
       The new script text. It parses; without torch_xla installed it fails at the
@@ -62,20 +71,17 @@ def emit_torch(script_source: str, plan: dict) -> str:
     """
     if plan.get("pipeline"):
         raise UserError("--emit-torch writes one load script; this plan is a pipeline of several models")
-    try:
-        module = cst.parse_module(script_source)
-    except cst.ParserSyntaxError as e:
-        raise UserError(f"cannot parse the load script: {e.message} (line {e.raw_line})") from None
-
+    module = _parse(script_source)
     module = _remove_block(module)
+    target = _target(module, loader)
     existing = _existing_mark_sharding(module)
     wrapper = _ReturnWrapper()
     module = module.visit(wrapper)
-    if not wrapper.wrapped_model and not wrapper.found_model:
-        raise UserError("the load script defines no load_model(): shard-opt cannot tell where the model is built")
+    module = _add_wrappers(module, target)
 
     mesh_name = "shard_opt_mesh" if _binds_top_level(module, "mesh") else "mesh"
-    block = _block_statements(plan, mesh_name, existing, needs_inputs=wrapper.found_inputs)
+    needs_inputs = wrapper.found_inputs or target.get("load_inputs") in ("inherited", "rebind", "subclass")
+    block = _block_statements(plan, mesh_name, existing, needs_inputs=needs_inputs)
     module = _insert_block(module, block)
 
     ctx = CodemodContext()
@@ -88,6 +94,150 @@ def emit_torch(script_source: str, plan: dict) -> str:
     AddImportsVisitor.add_needed_import(ctx, "re")
     module = AddImportsVisitor(ctx).transform_module(module)
     return module.code
+
+
+# ---------------------------------------------------------------------------------
+# Where the plan goes: load_model / load_inputs, defined, inherited or imported
+# ---------------------------------------------------------------------------------
+
+LOADER_CLASS = "ModelLoader"
+
+
+def _parse(script_source: str) -> cst.Module:
+    try:
+        return cst.parse_module(script_source)
+    except cst.ParserSyntaxError as e:
+        raise UserError(f"cannot parse the load script: {e.message} (line {e.raw_line})") from None
+
+
+def emit_target(script_source: str, *, loader: str | None = None) -> dict:
+    """Where ``emit_torch`` writes the plan into the script, found without a plan (the CLI
+    asks before the search, so a script it cannot rewrite fails in a second, not after it).
+
+    Returns ``{"load_model": HOW, "load_inputs": HOW}``, HOW one of ``def`` (a function
+    or a ModelLoader method the script defines: its returns are wrapped), ``inherited``
+    (the script's ModelLoader inherits it: an override calling ``super()`` is added),
+    ``rebind`` (a module-level name the script imports or assigns: a wrapping ``def`` is
+    added after it), ``subclass`` (the script imports its ModelLoader: a subclass of it,
+    with both overrides, is added) or None (no load_inputs: inputs stay as they are).
+    Raises ``UserError`` when there is no load_model to wrap.
+    """
+    return _target(_remove_block(_parse(script_source)), loader)
+
+
+def _top_class(module: cst.Module, name: str):
+    return next((s for s in module.body if isinstance(s, cst.ClassDef) and s.name.value == name), None)
+
+
+def _top_def(module: cst.Module, name: str) -> bool:
+    return any(isinstance(s, cst.FunctionDef) and s.name.value == name for s in module.body)
+
+
+def _class_binding(cls: cst.ClassDef, name: str) -> str | None:
+    """``def`` when the class body defines ``name`` with def, ``assigned`` when it binds it
+    otherwise (``load_model = staticmethod(f)``), None when it inherits it."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else [cls.body]
+    for stmt in body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == name:
+            return "def"
+        small = stmt.body if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) else []
+        for s in small:
+            targets = [t.target for t in s.targets] if isinstance(s, cst.Assign) else (
+                [s.target] if isinstance(s, cst.AnnAssign) else [])
+            if any(isinstance(t, cst.Name) and t.value == name for t in targets):
+                return "assigned"
+    return None
+
+
+def _target(module: cst.Module, loader: str | None) -> dict:
+    given = loader is not None
+    if loader is None:  # as the frontend chooses: module functions first, then the class
+        if _binds_top_level(module, "load_model"):
+            loader = "functions"
+        elif _binds_top_level(module, LOADER_CLASS):
+            loader = LOADER_CLASS
+        else:
+            raise UserError("the load script defines no load_model(): shard-opt cannot tell where the model is built")
+    if loader == "functions":
+        target = {}
+        for name in ("load_model", "load_inputs"):
+            if _top_def(module, name):
+                target[name] = "def"
+            elif _binds_top_level(module, name) or given:
+                target[name] = "rebind"  # imported or assigned (or, as the frontend found, a star import)
+        return target
+    cls = _top_class(module, LOADER_CLASS)
+    if cls is None:
+        return {"load_model": "subclass", "load_inputs": "subclass"}
+    target = {}
+    for name in ("load_model", "load_inputs"):
+        how = _class_binding(cls, name)
+        if how == "assigned":
+            raise UserError(f"the load script's {LOADER_CLASS}.{name} is assigned, not written with def: "
+                            f"--emit-torch cannot wrap what it returns; define it as def {name}(self, ...)")
+        target[name] = how or "inherited"
+    return target
+
+
+_HELPERS = {"load_model": MODEL_HELPER, "load_inputs": INPUTS_HELPER}
+
+
+def _override(name: str) -> str:
+    return (f"def {name}(self, *args, **kwargs):\n"
+            f"    return {_HELPERS[name]}(super().{name}(*args, **kwargs))\n")
+
+
+def _add_wrappers(module: cst.Module, target: dict) -> cst.Module:
+    """The definitions ``target`` asks for: overrides of inherited methods in the script's
+    ModelLoader, wrapping defs after imported functions, a subclass of an imported
+    ModelLoader. Each is a ``def`` whose return is wrapped, so a second run sees ``def``
+    and leaves it as it is."""
+    inherited = [n for n, how in target.items() if how == "inherited"]
+    if inherited:
+        body = []
+        for stmt in module.body:
+            if isinstance(stmt, cst.ClassDef) and stmt.name.value == LOADER_CLASS:
+                stmt = _with_methods(stmt, inherited)
+            body.append(stmt)
+        module = module.with_changes(body=body)
+    added = ""
+    rebind = [n for n, how in target.items() if how == "rebind"]
+    for name in rebind:
+        added += (f"\n\n_shard_opt_{name} = {name}\n\n\n"
+                  f"def {name}(*args, **kwargs):\n"
+                  f"    return {_HELPERS[name]}(_shard_opt_{name}(*args, **kwargs))\n")
+    if any(how == "subclass" for how in target.values()):
+        methods = "\n".join(textwrap.indent(_override(n), "    ") for n in ("load_model", "load_inputs"))
+        added += (f"\n\nclass {LOADER_CLASS}({LOADER_CLASS}):\n"
+                  f'    """The imported {LOADER_CLASS}, its model and inputs sharded by shard-opt."""\n\n'
+                  + methods)
+    if not added:
+        return module
+    statements = list(cst.parse_module(added.lstrip("\n")).body)
+    statements[0] = statements[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    body = list(module.body)
+    at = next((i for i, stmt in enumerate(body) if _is_main_guard(stmt)), len(body))
+    if at < len(body):  # two blank lines between the added defs and the guard
+        guard = body[at]
+        blank = [cst.EmptyLine(), cst.EmptyLine()]
+        body[at] = guard.with_changes(leading_lines=blank + [ln for ln in guard.leading_lines if ln.comment])
+    return module.with_changes(body=body[:at] + statements + body[at:])
+
+
+def _with_methods(cls: cst.ClassDef, names: list[str]) -> cst.ClassDef:
+    parsed = cst.parse_module("class _C:\n" + "\n".join(textwrap.indent(_override(n), "    ") for n in names))
+    methods = [m.with_changes(leading_lines=[cst.EmptyLine(indent=False)]) for m in parsed.body[0].body.body]
+    if isinstance(cls.body, cst.IndentedBlock):
+        old = list(cls.body.body)
+        if len(old) == 1 and _is_pass(old[0]):
+            old = []
+        return cls.with_changes(body=cls.body.with_changes(body=[*old, *methods]))
+    old = [] if all(isinstance(s, cst.Pass) for s in cls.body.body) else [cst.SimpleStatementLine(body=cls.body.body)]
+    return cls.with_changes(body=cst.IndentedBlock(body=[*old, *methods]))
+
+
+def _is_pass(stmt) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in stmt.body)
 
 
 # ---------------------------------------------------------------------------------
