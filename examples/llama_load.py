@@ -37,7 +37,7 @@ class ModelLoader:
             model = model.to(dtype_override)
         return model.eval()
 
-    def load_inputs(self, dtype_override=None, batch_size=1, seq_len=32):
+    def load_inputs(self, dtype_override=None, batch_size=1, seq_len=128):  # shard-opt plans these inputs
         torch.manual_seed(1)
         input_ids = torch.randint(0, self.config.vocab_size, (batch_size, seq_len))
         return (input_ids,)

@@ -22,7 +22,10 @@ PHASES = ("prefill", "decode")
 DTYPES = ("bf16", "f32", "f16")
 
 
-def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
+ZOO_BATCH, ZOO_SEQ_LEN = 1, 128  # a zoo: model's inputs when --batch / --seq-len are not given
+
+
+def load(input: str, *, layers: int | None = None, batch: int | None = None, seq_len: int | None = None,
          phase: str = "prefill", dtype: str = "bf16", spec: str | None = None,
          background: bool = False) -> LoweredModel:
     """Lower INPUT to a ``LoweredModel``.
@@ -31,7 +34,8 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
       input: ``zoo:NAME``, a ``.py`` load script, a ``.mlir`` file, or ``-`` (stdin).
       layers: keep this many repeated blocks (load scripts and zoo models).
       batch, seq_len: prefill token inputs are ``[batch, seq_len]``; decode is one token
-        per sequence against a KV cache of ``seq_len`` positions.
+        per sequence against a KV cache of ``seq_len`` positions. None: the input's own
+        (a load script's ``load_inputs()``, as it returns them; a zoo model's 1 and 128).
       phase: ``prefill`` or ``decode`` (decode: causal LMs only).
       dtype: ``bf16`` (default), ``f32`` or ``f16`` for parameters and activations.
       spec: a ``--spec`` file: the user's shard spec (``frontends/shard_spec.py``), kept
@@ -47,14 +51,16 @@ def load(input: str, *, layers: int | None = None, batch: int = 1, seq_len: int 
         raise UserError(f"--phase {phase!r}: use one of {', '.join(PHASES)}")
     if dtype not in DTYPES:
         raise UserError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    if batch < 1 or seq_len < 1:
-        raise UserError(f"--batch {batch} / --seq-len {seq_len}: both must be at least 1")
+    for flag, v in (("--batch", batch), ("--seq-len", seq_len)):
+        if v is not None and v < 1:
+            raise UserError(f"{flag} {v}: must be at least 1")
     if layers is not None and layers < 1:
         raise UserError(f"--layers {layers}: must be at least 1")
     if input.startswith("zoo:"):
         from shard_opt.frontends.zoo import load_zoo
 
-        model = load_zoo(input[4:], layers=layers, batch=batch, seq_len=seq_len, phase=phase, dtype=dtype,
+        model = load_zoo(input[4:], layers=layers, batch=ZOO_BATCH if batch is None else batch,
+                         seq_len=ZOO_SEQ_LEN if seq_len is None else seq_len, phase=phase, dtype=dtype,
                          background=background)
         return _with_json_spec(model, spec)
     if os.path.isdir(input):

@@ -59,30 +59,59 @@ def text_config(model: nn.Module):
         return cfg
 
 
-def adapt_prefill(prog, *, batch: int, seq_len: int) -> None:
-    """Prefill of an HF text model: ``use_cache=False``; token inputs resized to [batch, seq_len].
+def token_inputs(prog) -> tuple[int, int] | None:
+    """``(batch, seq_len)`` when the program's inputs are the token ids of a Hugging Face
+    text model: every input a 2-D integer tensor of one shape (``input_ids``,
+    ``attention_mask``, ``token_type_ids``); None otherwise (images, latents, a plain
+    ``nn.Module``)."""
+    cfg = text_config(prog.model)
+    if cfg is None or getattr(cfg, "vocab_size", None) is None:
+        return None
+    shapes = {tuple(x.shape) for x in prog.inputs}
+    if prog.inputs and len(shapes) == 1 and all(x.dim() == 2 and not x.is_floating_point() for x in prog.inputs):
+        b, s = next(iter(shapes))
+        return int(b), int(s)
+    return None
 
-    A load script's sample tokens (often a handful from a tokenizer) are replaced by
-    zeros of ``[batch, seq_len]`` when every input is a 2-D integer tensor of one shape
-    (``input_ids``, ``attention_mask``, ``token_type_ids``), so ``--batch``/``--seq-len``
-    mean the same for scripts and the zoo. Other inputs (images, latents) are kept.
+
+def adapt_prefill(prog, *, batch: int | None = None, seq_len: int | None = None) -> None:
+    """Prefill of an HF text model: ``use_cache=False``; token inputs as the script gave them,
+    or resized when ``--batch`` / ``--seq-len`` ask for another size.
+
+    The planned size goes in ``prog.meta`` (``batch``, ``seq_len``). Resizing replaces the
+    token inputs (``token_inputs``) by ``[batch, seq_len]`` (a size not asked for stays
+    the script's), zeros (ones for ``attention_mask``), and records ``inputs_resized``:
+    ``{"from": [b, s], "to": [b', s'], "flags": "--batch 1", "inputs": [names]}``. Asked
+    for inputs that are not token ids, it records ``inputs_not_resized`` (why) instead.
     """
     model = prog.model
     cfg = text_config(model)
-    if cfg is None:
-        return
-    if "use_cache" in _forward_params(model) and "use_cache" not in prog.kwargs:
+    if cfg is not None and "use_cache" in _forward_params(model) and "use_cache" not in prog.kwargs:
         prog.kwargs["use_cache"] = False
-    if getattr(cfg, "vocab_size", None) is None:
+    flags = " ".join(f"{f} {v}" for f, v in (("--batch", batch), ("--seq-len", seq_len)) if v is not None)
+    tokens = token_inputs(prog)
+    if tokens is None:
+        if flags:
+            prog.meta["inputs_not_resized"] = (
+                f"{flags} did nothing: load_inputs() returns no token ids of a Hugging Face text model "
+                f"(shapes {', '.join(str(list(x.shape)) for x in prog.inputs) or 'none'}); the plan is for "
+                f"those inputs as they are: to plan another size, change load_inputs()")
         return
-    shapes = {tuple(x.shape) for x in prog.inputs}
-    if prog.inputs and len(shapes) == 1 and all(x.dim() == 2 and not x.is_floating_point() for x in prog.inputs):
-        new = []
-        for n, x in zip(prog.input_names, prog.inputs):
-            fill = 1 if n == "attention_mask" else 0
-            new.append(torch.full((batch, seq_len), fill, dtype=x.dtype))
-        prog.inputs = new
-        prog.meta["inputs_resized"] = f"token inputs set to [{batch}, {seq_len}] (--batch/--seq-len)"
+    want = (tokens[0] if batch is None else batch, tokens[1] if seq_len is None else seq_len)
+    prog.meta["batch"], prog.meta["seq_len"] = want
+    if want == tokens:
+        return
+    prog.inputs = [torch.full(want, 1 if n == "attention_mask" else 0, dtype=x.dtype)
+                   for n, x in zip(prog.input_names, prog.inputs)]
+    prog.meta["inputs_resized"] = {"from": list(tokens), "to": list(want), "flags": flags,
+                                   "inputs": list(prog.input_names)}
+
+
+def resized_text(resized: dict, where: str) -> str:
+    """One line saying what ``adapt_prefill`` did to a script's token inputs."""
+    names = ", ".join(resized.get("inputs") or [])
+    return (f"{where}: token inputs ({names}) planned as {resized['to']} ({resized['flags']}); "
+            f"load_inputs() returns {resized['from']}")
 
 
 def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.dtype, where: str):

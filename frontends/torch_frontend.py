@@ -26,9 +26,11 @@ Load scripts: ``load_model()`` returns an ``nn.Module`` (any device; meta is fin
 ``forward``'s parameters (``input0``... when unknown). A single tensor, or a dict of
 tensors (what tt-forge-models loaders often return from a tokenizer), is accepted too;
 dict entries are passed by keyword under their keys. Floating inputs are cast to the
-chosen dtype. For Hugging Face text models, prefill token inputs are resized to
-``[batch, seq_len]`` and ``use_cache=False`` is passed (``hf.adapt_prefill``); decode
-builds its own inputs (``hf.decode_program``). ``--layers N`` cuts the largest
+chosen dtype. Inputs are planned as ``load_inputs()`` returns them; for Hugging Face
+text models ``use_cache=False`` is passed, and ``--batch``/``--seq-len`` resize the token
+inputs (``hf.adapt_prefill``, which records it in ``meta["inputs_resized"]``); decode
+builds its own inputs (``hf.decode_program``), by default for the script's batch and a
+cache of its sequence length. ``--layers N`` cuts the largest
 ``nn.ModuleList`` of identical blocks to its first N (and the config's layer count).
 The script's own code (its import, ``load_model``, ``load_inputs``, ``ModelLoader()``,
 and the model's forward while it is traced) runs with stdout sent to stderr, at the
@@ -653,7 +655,7 @@ def _normalise_inputs(raw, model: nn.Module, path: str):
     raise UserError(f"{path}: load_inputs returned {got}, not a tuple of tensors; return e.g. (input_ids,)")
 
 
-def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len: int = 128,
+def load_script(path: str, *, layers: int | None = None, batch: int | None = None, seq_len: int | None = None,
                 phase: str = "prefill", dtype: str = "bf16", spec: str | None = None) -> LoweredModel:
     """Load a ``load_model``/``load_inputs`` (or ``ModelLoader``) script and lower it.
 
@@ -687,14 +689,18 @@ def load_script(path: str, *, layers: int | None = None, batch: int = 1, seq_len
 
     stem = os.path.splitext(os.path.basename(path))[0]
     if phase == "decode":
-        prog = hf.decode_program(model, batch=batch, seq_len=seq_len, dtype=torch_dtype(dtype), where=path)
+        # one new token per sequence of the script's prompt, against a cache of its length
+        tokens = hf.token_inputs(TorchProgram(model, tensors, names)) or (1, 128)
+        b, s = tokens[0] if batch is None else batch, tokens[1] if seq_len is None else seq_len
+        prog = hf.decode_program(model, batch=b, seq_len=s, dtype=torch_dtype(dtype), where=path)
+        prog.meta.update({"batch": b, "seq_len": s})
     elif phase == "prefill":
         prog = TorchProgram(model, tensors, names, keyword=keyword)
-        hf.adapt_prefill(prog, batch=batch, seq_len=seq_len)
+        hf.adapt_prefill(prog, batch=batch, seq_len=seq_len)  # sets batch/seq_len for token inputs
     else:
         raise UserError(f"--phase {phase!r}: use prefill or decode")
     prog.total_layers, prog.num_layers = total, kept
-    prog.meta.update({"phase": phase, "batch": batch, "seq_len": seq_len})
+    prog.meta["phase"] = phase
     if share is not None:
         prog.meta["whole_per_two_blocks"] = share
     lowered = lower_program(prog, name=stem, dtype=dtype, where=path, source="pytorch", script_path=os.path.abspath(path))

@@ -185,3 +185,75 @@ def test_emit_torch_fails_before_the_search_when_the_script_cannot_be_rewritten(
     assert code == 1 and len(lines) == 1, err
     assert f"{script}: --emit-torch: the load script's ModelLoader.load_model is assigned" in lines[0]
     assert not (tmp_path / "s.py").exists()
+
+
+TOKENS_SCRIPT = '''
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def load_model():
+    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=4)
+    with torch.device("meta"):
+        return LlamaForCausalLM(cfg)
+
+
+def load_inputs():
+    return (torch.zeros(2, 128, dtype=torch.long),)
+'''
+
+
+def _input_shape(plan: dict) -> list:
+    return next(a["shape"] for a in plan["arguments"] if a["name"] == "input_ids")
+
+
+def test_a_scripts_inputs_are_planned_as_it_returns_them(run_cli, tmp_path):
+    script = tmp_path / "tokens.py"
+    script.write_text(TOKENS_SCRIPT)
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(script, "--mesh", "1x2", "--plan-json", plan_path, "-o", os.devnull)
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert _input_shape(plan) == [2, 128] and (plan["batch"], plan["seq_len"]) == (2, 128)
+    assert "inputs_resized" not in plan and "planned as" not in err
+
+
+def test_batch_and_seq_len_resize_a_scripts_inputs_and_say_so(run_cli, tmp_path):
+    script = tmp_path / "tokens.py"
+    script.write_text(TOKENS_SCRIPT)
+    plan_path, out = tmp_path / "plan.json", tmp_path / "sharded.py"
+    code, _, err = run_cli(script, "--mesh", "1x2", "--batch", "1", "--plan-json", plan_path, "-o", os.devnull,
+                           "--emit-torch", out)
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    assert _input_shape(plan) == [1, 128] and plan["batch"] == 1  # --seq-len not given: the script's 128
+    assert plan["inputs_resized"] == {"from": [2, 128], "to": [1, 128], "flags": "--batch 1",
+                                      "inputs": ["input_ids"]}
+    line = f"shard-opt: {script}: token inputs (input_ids) planned as [1, 128] (--batch 1); load_inputs() returns [2, 128]"
+    assert line in err.splitlines()
+    assert any("planned as [1, 128]" in n for n in plan["notes"])
+    text = out.read_text()
+    assert "# Planned for token inputs of [1, 128] (--batch 1); load_inputs() returns [2, 128]" in text
+    assert "torch.zeros(2, 128, dtype=torch.long)" in text  # the user's code is left as it is
+
+
+def test_batch_on_inputs_that_are_not_tokens_is_a_warning(run_cli, tmp_path):
+    script = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "layernorm_mlp.py")
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(script, "--mesh", "1x2", "--batch", "8", "--plan-json", plan_path, "-o", os.devnull,
+                           "--quiet")
+    assert code == 0, err
+    (line,) = [ln for ln in err.splitlines() if "WARNING" in ln]
+    assert "--batch 8 did nothing" in line and "[4, 128, 256]" in line
+    assert next(a["shape"] for a in json.loads(plan_path.read_text())["arguments"] if a["kind"] == "input") == [4, 128, 256]
+
+
+def test_batch_and_seq_len_default_to_the_inputs_own_and_zoo_keeps_1_and_128():
+    from shard_opt import frontends
+    from shard_opt.cli import build_parser
+
+    ns = build_parser().parse_args(["x.py"])
+    assert ns.batch is None and ns.seq_len is None
+    mlp = frontends.load("zoo:mlp")
+    assert [a.shape for a in mlp.arguments if a.kind == "input"] == [(1, 128, 1024)]

@@ -64,8 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, metavar="N", help="keep N repeated layers of a load script or zoo model")
     p.add_argument("--parallelism", default="tensor,sequence,data", metavar="LIST",
                    help="families the search may use: tensor, sequence, data (default all)")
-    p.add_argument("--batch", type=int, default=1, metavar="B")
-    p.add_argument("--seq-len", type=int, default=128, metavar="S")
+    p.add_argument("--batch", type=int, metavar="B",
+                   help="batch of token inputs (default: a load script's own load_inputs(), a zoo model's 1)")
+    p.add_argument("--seq-len", type=int, metavar="S",
+                   help="tokens per sequence, or the KV cache length with --phase decode (default: a load "
+                        "script's own, a zoo model's 128)")
     p.add_argument("--phase", choices=["prefill", "decode"], default="prefill")
     p.add_argument("--dtype", choices=["bf16", "f32", "f16"], default="bf16", help="dtype of load scripts and zoo models")
     p.add_argument("--weight-dtype", metavar="DTYPE[,ROLE=DTYPE...]",
@@ -300,11 +303,19 @@ def _run_parsed(ns) -> int:
         # background: a zoo model's copies for the search are lowered beside the model itself
         models = [frontends.load(i, layers=ns.layers, batch=ns.batch, seq_len=ns.seq_len, phase=ns.phase,
                                  dtype=ns.dtype, spec=ns.spec, background=not ns.describe) for i in ns.inputs]
-    names = [m.name for m in models]
+    from shard_opt.lowered import PendingModel
+
+    # a zoo model still lowering in the background (PendingModel) is not waited for here
+    lowered = [None if isinstance(m, PendingModel) else m for m in models]
+    _say_inputs(ns, lowered)
+    names = [m.name if m is not None else _input_name(i) for i, m in zip(ns.inputs, lowered)]
     if names != [_input_name(i) for i in ns.inputs]:
         _check_outputs(ns, names)  # the per-model paths, named as the models came out
     if ns.emit_torch:  # before the search: fail fast
-        for m in models:
+        for source, m in zip(ns.inputs, lowered):
+            if m is None:
+                raise UserError(f"--emit-torch needs a PyTorch load script input; {_input_name(source)} is a zoo "
+                                f"input (for .mlir the annotated module is the deliverable: use -o)")
             _check_torch_source(m)
     if ns.describe:
         from shard_opt.frontends.describe import format_architecture
@@ -372,6 +383,19 @@ def cache_line(sources: list[str] = ()) -> str | None:
     mb = size / 2**20
     return (f"shard-opt: cache: {shown} ({n} entr{'y' if n == 1 else 'ies'}, {mb:.{1 if mb < 10 else 0}f} MB; "
             f"{cache.stats['hits']} of {loads} lowerings reused); --no-cache to skip")
+
+
+def _say_inputs(ns, models) -> None:
+    """On stderr, before the search: a load script's token inputs resized by --batch /
+    --seq-len (not with --quiet), or those flags doing nothing (a WARNING, always)."""
+    from shard_opt.frontends.hf import resized_text
+
+    for source, m in zip(ns.inputs, models):
+        meta = (m.meta if m is not None else None) or {}
+        if meta.get("inputs_resized") and not ns.quiet:
+            sys.stderr.write(f"shard-opt: {resized_text(meta['inputs_resized'], source)}\n")
+        if meta.get("inputs_not_resized"):
+            sys.stderr.write(f"shard-opt: WARNING: {source}: {meta['inputs_not_resized']}\n")
 
 
 def _input_name(source: str) -> str:

@@ -135,6 +135,14 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
         plan["search"]["scored_cost"] = score_dict(scored)
     if notes:
         plan["notes"] = list(notes)
+    resized = model.meta.get("inputs_resized")  # --batch/--seq-len changed a script's token inputs
+    if resized:
+        from shard_opt.frontends.hf import resized_text
+
+        plan["inputs_resized"] = dict(resized)
+        plan.setdefault("notes", []).append(resized_text(resized, model.name))
+    if model.meta.get("inputs_not_resized"):
+        plan.setdefault("notes", []).append(f"{model.name}: {model.meta['inputs_not_resized']}")
     return plan
 
 

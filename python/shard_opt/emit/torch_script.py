@@ -375,6 +375,10 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
             f"# Modeled step {_plan.fmt_us(cost.get('total_us'))}, {cost.get('ccl_count', '?')} collectives, "
             f"{_plan.fmt_bytes(cost.get('ccl_bytes', 0))} moved per device (see the shard-opt report)."
         )
+    resized = plan.get("inputs_resized")
+    if resized:
+        lines.append(f"# Planned for token inputs of {resized['to']} ({resized['flags']}); load_inputs() returns "
+                     f"{resized['from']}: the sharding holds for the planned size.")
     if plan.get("memory_fallback"):
         lines.append("# MEMORY FALLBACK: the fastest plan does not fit in DRAM; this one trades speed for memory: "
                      + str(plan.get("memory_fallback_reason") or ""))
