@@ -257,3 +257,53 @@ def test_batch_and_seq_len_default_to_the_inputs_own_and_zoo_keeps_1_and_128():
     assert ns.batch is None and ns.seq_len is None
     mlp = frontends.load("zoo:mlp")
     assert [a.shape for a in mlp.arguments if a.kind == "input"] == [(1, 128, 1024)]
+
+
+def test_a_numerics_failure_is_exit_3_with_every_output_written_and_marked(run_cli, tmp_path, monkeypatch):
+    import shard_opt.verify as verify
+
+    real = verify.verify_numerics
+
+    def wrong(text, *, num_devices, **kw):  # the real run, then a verdict of "does not match"
+        res = real(text, num_devices=num_devices, **kw)
+        res.passed, res.max_abs_err = False, 3.5
+        return res
+
+    monkeypatch.setattr(verify, "verify_numerics", wrong)
+    paths = {"-o": tmp_path / "o.mlir", "--plan-json": tmp_path / "p.json", "--report": tmp_path / "r.md",
+             "--emit-lit-test": tmp_path / "t.mlir"}
+    code, out, err = run_cli(MLP, "--mesh", "1x8", "--verify-numerics", *[x for kv in paths.items() for x in kv])
+    assert code == 3, err
+    assert all(p.exists() for p in paths.values()) and (tmp_path / "r_ccl.png").exists()
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("shard-opt: error:")]
+    assert "mlp: the sharded program does not match the unsharded one" in line
+    assert "outputs written, marked failed" in line
+    plan = json.loads(paths["--plan-json"].read_text())
+    assert plan["numerics"]["passed"] is False and plan["numerics"]["max_abs_err"] == 3.5
+    assert paths["-o"].read_text().startswith("// shard-opt: NUMERICS FAILED:")
+    assert paths["--emit-lit-test"].read_text().startswith("// shard-opt: NUMERICS FAILED:")
+    assert "NUMERICS FAILED" in paths["--report"].read_text().split("## 1.")[0]
+
+
+def test_a_pipeline_checks_every_model_before_exit_3(run_cli, tmp_path, monkeypatch):
+    import shard_opt.verify as verify
+
+    real = verify.verify_numerics
+    calls = []
+
+    def first_wrong(text, *, num_devices, **kw):
+        res = real(text, num_devices=num_devices, **kw)
+        calls.append(res)
+        res.passed = len(calls) > 1  # the first model fails, the second passes
+        return res
+
+    monkeypatch.setattr(verify, "verify_numerics", first_wrong)
+    block = os.path.join(EXAMPLES, "transformer_block.mlir")
+    code, out, err = run_cli(MLP, block, "--mesh", "1x8", "--verify-numerics", "--quiet",
+                             "--plan-json", tmp_path / "p.json", "-o", tmp_path / "o.mlir")
+    assert code == 3 and len(calls) == 2, err
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert [p["numerics"]["passed"] for p in plan["pipeline"]] == [False, True]
+    assert plan["numerics"] == {"passed": False, "failed": ["mlp"]}
+    assert (tmp_path / "o.mlp.mlir").read_text().startswith("// shard-opt: NUMERICS FAILED:")
+    assert "NUMERICS FAILED" not in (tmp_path / "o.transformer_block.mlir").read_text()

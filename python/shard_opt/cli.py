@@ -2,8 +2,9 @@
 
 ``main(args=None)`` takes its arguments as a list so tests drive it in-process.
 Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
-path of a file that reproduces it). Output files are written only on success, each
-atomically (a temporary file renamed into place).
+path of a file that reproduces it); 3 ``--verify-numerics`` found a wrong result (every
+output still written, marked failed). Output files are written only on success (or
+exit 3), all or none, each atomically (a temporary file renamed into place).
 
 Only the standard library and ``shard_opt.errors`` / ``shard_opt.timing`` are imported
 here at start-up: jax comes with the passes, torch with a load script or zoo model,
@@ -346,9 +347,12 @@ def _run_parsed(ns) -> int:
             outcomes, plan_json = _optimize_all(models, opts, ns)
         main_text = outcomes[0].annotated_text
 
+    failed = []
     if ns.verify_numerics:
         with timing.phase("verify"):
-            _verify_numerics(outcomes)
+            failed = _verify_numerics(outcomes)
+        if len(outcomes) > 1:
+            plan_json["numerics"] = {"passed": not failed, "failed": [o.model.name for o in failed]}
 
     with timing.phase("emit"):
         _emit_outputs(ns, outcomes, plan_json, main_text)
@@ -358,6 +362,13 @@ def _run_parsed(ns) -> int:
         line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
+    if failed:  # DESIGN.md: exit 3, the outputs written and marked failed
+        wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
+                          f"(max abs err {o.plan['numerics']['max_abs_err']:.3g}, max rel err "
+                          f"{o.plan['numerics']['max_rel_err']:.3g})" for o in failed)
+        sys.stderr.write(f"shard-opt: error: numerics: {wrong}; outputs written, marked failed "
+                         f"(plan numerics.passed false); check the plan with --evaluate or report it\n")
+        return 3
     return 0
 
 
@@ -460,6 +471,21 @@ def _check_outputs(ns, names: list[str]) -> None:
         _check_writable(path)
 
 
+def _numerics_failed(plan: dict) -> str | None:
+    """What a plan's failed ``--verify-numerics`` check found, or None (passed, or not run)."""
+    n = plan.get("numerics")
+    if not n or n.get("passed", True):
+        return None
+    return (f"the sharded program does not match the unsharded one on {n.get('num_devices')} devices "
+            f"(max abs err {n.get('max_abs_err', 0):.3g}, max rel err {n.get('max_rel_err', 0):.3g})")
+
+
+def _marked(text: str, plan: dict) -> str:
+    """A module or lit test whose plan failed --verify-numerics says so on its first line."""
+    why = _numerics_failed(plan)
+    return f"// shard-opt: NUMERICS FAILED: {plan.get('model')}: {why}\n{text}" if why else text
+
+
 def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
     """Every deliverable the flags ask for, written all or none (``_write_all``). A pipeline
     (several outcomes) writes each model's module, script and lit test to its own file
@@ -490,10 +516,10 @@ def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
         from shard_opt.emit.lit_test import emit_lit_test
 
         run_args = " ".join(f"--mesh {m}" for m in ns.mesh) if ns.mesh else ""
-        files += [(path, emit_lit_test(o.annotated_text, o.plan, run_args=run_args))
+        files += [(path, _marked(emit_lit_test(o.annotated_text, o.plan, run_args=run_args), o.plan))
                   for o, path in each(ns.emit_lit_test)]
-    modules = [main_text] if not pipeline else [
-        f"// shard-opt: model {o.model.name}\n{o.annotated_text}" for o in outcomes]
+    modules = [_marked(main_text, outcomes[0].plan)] if not pipeline else [
+        _marked(f"// shard-opt: model {o.model.name}\n{o.annotated_text}", o.plan) for o in outcomes]
     if ns.output:
         files += [(path, text) for (_, path), text in zip(each(ns.output), modules)]
     for data in [d for p, d in files if p == "-"]:
@@ -615,28 +641,32 @@ def _read_text(source: str, what: str) -> str:
         raise UserError(f"{source}: not a text file (offset {e.start} is not UTF-8); give the {what} as text") from None
 
 
-def _verify_numerics(outcomes) -> None:
+def _verify_numerics(outcomes) -> list:
     """Run each plan sharded and unsharded on virtual XLA devices, and compare the
-    collectives XLA's own partitioner compiled with the ones shard-opt priced."""
-    from shard_opt.verify import compare_collectives, verify_numerics, xla_collectives
+    collectives XLA's own partitioner compiled with the ones shard-opt priced. Every
+    model is checked; returns the outcomes whose numerics failed (``plan["numerics"]
+    ["passed"]`` false: the run ends with exit 3 after writing the outputs, marked)."""
+    from shard_opt import verify
 
+    failed = []
     for o in outcomes:
         n = 1
         for s in o.plan["mesh"]["shape"]:
             n *= s
-        res = verify_numerics(o.annotated_text, num_devices=n)
+        res = verify.verify_numerics(o.annotated_text, num_devices=n)
         o.plan["numerics"] = {"passed": res.passed, "max_abs_err": res.max_abs_err,
                               "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
                               "num_devices": res.num_devices, "seed": res.seed}
-        sys.stderr.write(f"shard-opt: numerics: {res.summary()}\n")
+        sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
         if not res.passed:
-            raise UserError(f"{o.model.name}: the sharded program does not match the unsharded one: {res.summary()}")
-        comparison = compare_collectives(o.plan["collectives"], xla_collectives(o.annotated_text, n))
+            failed.append(o)
+        comparison = verify.compare_collectives(o.plan["collectives"], verify.xla_collectives(o.annotated_text, n))
         o.plan["xla_crosscheck"] = {
             "agrees": comparison.agrees, "matched": len(comparison.matched),
             "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences],
         }
         sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
+    return failed
 
 
 def _emit_torch(outcome) -> str:

@@ -375,6 +375,10 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
             f"# Modeled step {_plan.fmt_us(cost.get('total_us'))}, {cost.get('ccl_count', '?')} collectives, "
             f"{_plan.fmt_bytes(cost.get('ccl_bytes', 0))} moved per device (see the shard-opt report)."
         )
+    numerics = plan.get("numerics") or {}
+    if numerics and not numerics.get("passed", True):
+        lines.append(f"# NUMERICS FAILED: shard-opt --verify-numerics found this plan's sharded results differ from "
+                     f"the unsharded ones (max abs err {numerics.get('max_abs_err', 0):.3g}); do not deploy it as it is.")
     resized = plan.get("inputs_resized")
     if resized:
         lines.append(f"# Planned for token inputs of {resized['to']} ({resized['flags']}); load_inputs() returns "
