@@ -86,6 +86,14 @@ def load(input: str, *, layers: int | None = None, batch: int | None = None, seq
                     f"a .mlir file, '-' (stdin) or zoo:NAME")
 
 
+def resized_text(resized: dict, where: str) -> str:
+    """One line saying what ``hf.adapt_prefill`` did to a script's token inputs
+    (``meta["inputs_resized"]``); here, not in ``hf``, so a .mlir run never imports torch."""
+    names = ", ".join(resized.get("inputs") or [])
+    return (f"{where}: token inputs ({names}) planned as {resized['to']} ({resized['flags']}); "
+            f"load_inputs() returns {resized['from']}")
+
+
 def _with_json_spec(model: LoweredModel, spec: str | None) -> LoweredModel:
     """A zoo model or .mlir module with a ``--spec`` file (JSON: there is no PyTorch model to
     hand a Python spec); the short copies the search lowers get it too."""
@@ -113,4 +121,4 @@ def list_models() -> list[str]:
     return _lm()
 
 
-__all__ = ["load", "list_models", "PHASES", "DTYPES"]
+__all__ = ["load", "list_models", "resized_text", "PHASES", "DTYPES"]

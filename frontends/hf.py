@@ -81,7 +81,8 @@ def adapt_prefill(prog, *, batch: int | None = None, seq_len: int | None = None)
     The planned size goes in ``prog.meta`` (``batch``, ``seq_len``). Resizing replaces the
     token inputs (``token_inputs``) by ``[batch, seq_len]`` (a size not asked for stays
     the script's), zeros (ones for ``attention_mask``), and records ``inputs_resized``:
-    ``{"from": [b, s], "to": [b', s'], "flags": "--batch 1", "inputs": [names]}``. Asked
+    ``{"from": [b, s], "to": [b', s'], "flags": "--batch 1", "inputs": [names]}``
+    (``shard_opt.frontends.resized_text`` says it in words). Asked
     for inputs that are not token ids, it records ``inputs_not_resized`` (why) instead.
     """
     model = prog.model
@@ -105,13 +106,6 @@ def adapt_prefill(prog, *, batch: int | None = None, seq_len: int | None = None)
                    for n, x in zip(prog.input_names, prog.inputs)]
     prog.meta["inputs_resized"] = {"from": list(tokens), "to": list(want), "flags": flags,
                                    "inputs": list(prog.input_names)}
-
-
-def resized_text(resized: dict, where: str) -> str:
-    """One line saying what ``adapt_prefill`` did to a script's token inputs."""
-    names = ", ".join(resized.get("inputs") or [])
-    return (f"{where}: token inputs ({names}) planned as {resized['to']} ({resized['flags']}); "
-            f"load_inputs() returns {resized['from']}")
 
 
 def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.dtype, where: str):

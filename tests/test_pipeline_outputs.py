@@ -147,6 +147,7 @@ def test_emit_torch_for_a_pipeline_needs_every_input_a_script(run_cli, tmp_path)
     script = tmp_path / "t5.py"
     script.write_text(SCRIPT.format(name="t5", width=64, hidden=256))
     code, out, err = run_cli(script, MLP, "--mesh", "1x8", "--emit-torch", tmp_path / "s.py")
-    assert code == 1 and err.count("\n") == 1, err
-    assert "mlp is a mlir input" in err
+    lines = [ln for ln in err.splitlines() if ln.startswith("shard-opt")]  # torch may warn first
+    assert code == 1 and len(lines) == 1, err
+    assert "mlp is a mlir input" in lines[0]
     assert not list(tmp_path.glob("s*.py"))

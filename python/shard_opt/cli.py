@@ -399,7 +399,7 @@ def cache_line(sources: list[str] = ()) -> str | None:
 def _say_inputs(ns, models) -> None:
     """On stderr, before the search: a load script's token inputs resized by --batch /
     --seq-len (not with --quiet), or those flags doing nothing (a WARNING, always)."""
-    from shard_opt.frontends.hf import resized_text
+    from shard_opt.frontends import resized_text
 
     for source, m in zip(ns.inputs, models):
         meta = (m.meta if m is not None else None) or {}

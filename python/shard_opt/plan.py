@@ -137,7 +137,7 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
         plan["notes"] = list(notes)
     resized = model.meta.get("inputs_resized")  # --batch/--seq-len changed a script's token inputs
     if resized:
-        from shard_opt.frontends.hf import resized_text
+        from shard_opt.frontends import resized_text
 
         plan["inputs_resized"] = dict(resized)
         plan.setdefault("notes", []).append(resized_text(resized, model.name))
