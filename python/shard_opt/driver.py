@@ -79,13 +79,25 @@ def resolve_system(mesh: Mesh, name: str | None):
 
 def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding],
              constraints: dict | None = None) -> str:
-    module = ir.parse(model.text, filename=model.name)
-    ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
-    # results carry their closed, replicated sharding: the boundary rule is part of the
-    # plan, so XLA, tt-mlir and --evaluate all see the same output gather
-    PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-    insert_guards(module)
-    return ir.print_module(module)
+    """The model's module with ``mesh``, the argument ``shardings`` and the ``constraints``
+    written in, and shardy-propagate's guards: the ``-o`` module."""
+    return annotate_many(model, mesh, [(shardings, constraints)])[0]
+
+
+def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict | None]]) -> list[str]:
+    """``annotate`` for several plans of one model, parsing its module once (a full-size
+    model's text takes a second to parse; the tt-mlir check annotates five plans)."""
+    base = ir.parse(model.text, filename=model.name)
+    out = []
+    for k, (shardings, constraints) in enumerate(plans):
+        module = base if k == len(plans) - 1 else base.operation.clone()
+        ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
+        # results carry their closed, replicated sharding: the boundary rule is part of the
+        # plan, so XLA, tt-mlir and --evaluate all see the same output gather
+        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
+        insert_guards(module)
+        out.append(ir.print_module(module))
+    return out
 
 
 def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
@@ -261,8 +273,6 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     with timing.phase("check.finalists"):
         finalists = _finalists(model, mesh, system, cm, groups, assignment, final, result, setting)
     n = math.prod(mesh.shape)
-    jobs = [ttc.Job(f"finalist-{k}", annotate(model, mesh, fe.shardings, constraints_for(groups, a)), n)
-            for k, (a, fe) in enumerate(finalists)]
     base_evals = {}
     evaluator = None
     for name, shardings in (("megatron", mega if "megatron" in baselines else None),
@@ -271,7 +281,10 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
             continue
         evaluator = evaluator or Evaluator(model, mesh, system, cm, **setting)
         base_evals[name] = evaluator.run(shardings, keep_ir=False)
-        jobs.append(ttc.Job(name, annotate(model, mesh, base_evals[name].shardings), n))
+    names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
+    texts = annotate_many(model, mesh, [(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
+                          + [(ev.shardings, None) for ev in base_evals.values()])
+    jobs = [ttc.Job(name, text, n) for name, text in zip(names, texts)]
     if progress:
         stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
                      f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
