@@ -483,6 +483,14 @@ def _strip_op(op) -> None:
         op.erase()
 
 
+def tt_backend():
+    """The Tenstorrent plugin's client (``JAX_PLATFORMS=tt``; see ``tt_compile``)."""
+    import jax  # noqa: F401  (registers the jax_plugins namespace: the "tt" backend)
+    from jax._src import xla_bridge
+
+    return xla_bridge.get_backend("tt")
+
+
 def tt_compile(text: str, num_devices: int, export_path: str) -> None:
     """Compile module text with the Tenstorrent PJRT plugin (compile-only: the process
     runs with ``JAX_PLATFORMS=tt`` and ``TT_COMPILE_ONLY_SYSTEM_DESC``, as
@@ -490,12 +498,10 @@ def tt_compile(text: str, num_devices: int, export_path: str) -> None:
     ``export_path/irs``. tt-mlir's optimizer stays off (``optimization_level`` 0: levels
     1-2 JIT firmware for a mock device, which fails without the RISC-V toolchain's
     headers). Raises whatever the plugin raises."""
-    import jax  # noqa: F401  (registers the jax_plugins namespace: the "tt" backend)
     import numpy as np
-    from jax._src import xla_bridge
     from jax._src.lib import xla_client as xc
 
-    backend = xla_bridge.get_backend("tt")
+    backend = tt_backend()
     devices = backend.devices()
     if len(devices) < num_devices:
         raise RuntimeError(f"the system descriptor has {len(devices)} chips, the module's mesh {num_devices}")

@@ -194,7 +194,7 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
                   results: dict, started=None, wait_for=None) -> None:
     """Compile ``specs[k]`` for each k in ``todo`` in a child process; a job that kills the
     child is recorded as failed and a new child takes the rest. ``started`` (an Event) is
-    set once this child's client is up (its first result, or its end); the child waits for
+    set once this child's client is up (its first line, or its end); the child waits for
     ``wait_for`` before it starts: two plugin clients initialising at once race on
     unpacking the plugin's runtime archive ("failed to extract embedded tt-metal runtime
     archive")."""
@@ -225,7 +225,7 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
             if crashed is None and p.returncode != 0:
                 crashed = _death(p.returncode, log_path)
         with open(out_path) as f:
-            done = [json.loads(line) for line in f if line.strip().startswith("{")]
+            done = [r for r in (json.loads(line) for line in f if line.strip().startswith("{")) if "ready" not in r]
         for k, r in zip(todo, done):
             results[k] = r
         todo = todo[len(done):]

@@ -4,7 +4,7 @@ Run by ``shard_opt.ttmlir.check`` as ``python -m shard_opt.ttmlir.child JOBS.jso
 ``SHARD_OPT_TT_CHILD=1``, ``JAX_PLATFORMS=tt``, ``TT_COMPILE_ONLY_SYSTEM_DESC`` and
 ``TMPDIR`` set by the parent. ``JOBS.json`` lists ``{"name", "module", "devices",
 "export"}``; for each job, in order, one JSON line goes to stdout: ``{"name", "compiled",
-"error", "seconds"}``. A job that kills the process (tt-mlir aborts or segfaults on some
+"error", "seconds"}`` (after a first ``{"ready": true}`` once the plugin's client is up). A job that kills the process (tt-mlir aborts or segfaults on some
 inputs) leaves no line: the parent sees which one and starts a new child for the rest.
 The plugin's own log goes to stderr, which the parent keeps in a file.
 """
@@ -21,6 +21,9 @@ def main(argv: list[str]) -> int:
         jobs = json.load(f)
     from shard_opt import ir
 
+    ir.tt_backend()  # the plugin's client up (its runtime assets unpacked): the parent may start another child
+    sys.stdout.write(json.dumps({"ready": True}) + "\n")
+    sys.stdout.flush()
     for job in jobs:
         t0 = time.perf_counter()
         with open(job["module"]) as f:
