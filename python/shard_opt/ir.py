@@ -237,7 +237,6 @@ def xla_compile(text: str, num_partitions: int, *, shardy: bool = True):
     Returns XLA's loaded executable. A compile failure raises ``PassError`` naming a
     file that holds the module text.
     """
-    import numpy as np
     from jax._src.lib import xla_client as xc
 
     backend = xla_backend()
@@ -247,15 +246,7 @@ def xla_compile(text: str, num_partitions: int, *, shardy: bool = True):
             f"need {num_partitions} CPU devices for XLA checks, have {len(devices)}: set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={num_partitions} before jax starts"
         )
-    opts = xc.CompileOptions()
-    build = opts.executable_build_options
-    build.num_partitions = num_partitions
-    build.num_replicas = 1
-    build.use_spmd_partitioning = num_partitions > 1
-    build.use_shardy_partitioner = shardy
-    build.device_assignment = xc.DeviceAssignment.create(
-        np.arange(num_partitions).reshape(1, num_partitions)
-    )
+    opts = _spmd_options(num_partitions, shardy=shardy)
     dl = xc.DeviceList(tuple(devices[:num_partitions]))
     try:
         return backend.compile_and_load(text, dl, opts)
@@ -268,6 +259,21 @@ def xla_compile(text: str, num_partitions: int, *, shardy: bool = True):
             f"XLA failed to compile the module for {num_partitions} devices: {first} (repro: {path})",
             repro_path=path,
         ) from None
+
+
+def _spmd_options(num_partitions: int, *, shardy: bool = True):
+    """XLA compile options for one program over ``num_partitions`` devices (SPMD, Shardy)."""
+    import numpy as np
+    from jax._src.lib import xla_client as xc
+
+    opts = xc.CompileOptions()
+    build = opts.executable_build_options
+    build.num_partitions = num_partitions
+    build.num_replicas = 1
+    build.use_spmd_partitioning = num_partitions > 1
+    build.use_shardy_partitioner = shardy
+    build.device_assignment = xc.DeviceAssignment.create(np.arange(num_partitions).reshape(1, num_partitions))
+    return opts
 
 
 def xla_optimized_hlo(executable) -> str:
@@ -498,19 +504,12 @@ def tt_compile(text: str, num_devices: int, export_path: str) -> None:
     ``export_path/irs``. tt-mlir's optimizer stays off (``optimization_level`` 0: levels
     1-2 JIT firmware for a mock device, which fails without the RISC-V toolchain's
     headers). Raises whatever the plugin raises."""
-    import numpy as np
     from jax._src.lib import xla_client as xc
 
     backend = tt_backend()
     devices = backend.devices()
     if len(devices) < num_devices:
         raise RuntimeError(f"the system descriptor has {len(devices)} chips, the module's mesh {num_devices}")
-    opts = xc.CompileOptions()
-    build = opts.executable_build_options
-    build.num_partitions = num_devices
-    build.num_replicas = 1
-    build.use_spmd_partitioning = num_devices > 1
-    build.use_shardy_partitioner = True
-    build.device_assignment = xc.DeviceAssignment.create(np.arange(num_devices).reshape(1, num_devices))
+    opts = _spmd_options(num_devices)
     opts.env_option_overrides = [("export_path", export_path), ("optimization_level", 0)]
     backend.compile_and_load(text, xc.DeviceList(tuple(devices[:num_devices])), opts)
