@@ -18,14 +18,17 @@ Reading a module, for each ``@main`` argument:
 * kind: ``shard_opt.kind`` if present; else from the name: ``past_key_values`` /
   ``cache`` -> ``cache``; a name under ``params`` or ending in ``.weight``, ``.bias``,
   ``.kernel``, ``.scale``, ``.embedding`` -> ``param``; ``inv_freq``,
-  ``running_mean``/``running_var`` -> ``buffer``; anything else, including every
-  unnamed ``%argN``, -> ``input``. Unnamed arguments are *not* guessed to be weights
-  from their rank: an activation is rank >= 2 too, and calling it a weight would let
-  the search split it "for free".
+  ``running_mean``/``running_var`` -> ``buffer``; else (every unnamed ``%argN``, a
+  name such as ``x`` or ``w1``) from the graph (``structure.graph_weights``): an
+  argument contracted against an activation (a matmul's weight, a convolution's
+  kernel) and the bias added to its product are ``param``, anything else ``input``.
+  Arguments are *not* guessed to be weights from their rank: an activation is rank
+  >= 2 too, and calling it a weight would let the search split it "for free".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -49,8 +52,13 @@ def path_to_dotted(text: str) -> str:
 
 
 def kind_from_name(name: str | None) -> str:
+    """The kind a name says (``input`` when it says nothing)."""
+    return _named_kind(name) or "input"
+
+
+def _named_kind(name: str | None) -> str | None:
     if not name or name.startswith("%arg"):
-        return "input"
+        return None
     low = name.lower()
     if "past_key_values" in low or low.startswith("cache") or ".cache" in low or "kv_cache" in low:
         return "cache"
@@ -58,7 +66,7 @@ def kind_from_name(name: str | None) -> str:
         return "buffer"
     if low.startswith("params.") or low.endswith(_PARAM_SUFFIX):
         return "param"
-    return "input"
+    return None
 
 
 def _arg_attr_dicts(func) -> list[dict]:
@@ -97,8 +105,25 @@ def arguments_of(module, *, where: str = "<input>") -> list[Argument]:
                 if kind not in ARG_KINDS:
                     raise UserError(f"{where}: argument {i} has {KIND_ATTR} = {kind!r}; use one of "
                                     f"{', '.join(ARG_KINDS)}")
-            args.append(Argument(i, name, kind or kind_from_name(name), tuple(int(s) for s in shape), dtype))
+            args.append(Argument(i, name, kind or _named_kind(name) or "", tuple(int(s) for s in shape), dtype))
+    unknown = {a.index for a in args if not a.kind}
+    if unknown:
+        weights = _weights_from_graph(module, unknown)
+        args = [a if a.kind else dataclasses.replace(a, kind="param" if a.index in weights else "input")
+                for a in args]
     return args
+
+
+def _weights_from_graph(module, unknown: set[int]) -> set[int]:
+    """``structure.graph_weights`` of ``module`` (a copy, calls inlined: a JAX model's
+    ``@relu`` is part of the graph)."""
+    from shard_opt.dataflow import Graph
+    from shard_opt.passes.inline_calls import inline_calls
+    from shard_opt.structure import graph_weights
+
+    module = ir.parse(ir.print_module(module))
+    inline_calls(module)
+    return graph_weights(Graph.of(module, ["input"] * len(ir.main_func(module).arguments)), unknown)
 
 
 def annotate_arguments(text: str, arguments: list[Argument], *, where: str = "<module>") -> str:

@@ -44,12 +44,13 @@
 // AB: sdy.all_gather [{"batch"}, {}]
 // AB-SAME: shard_opt.time_us = 6.310000e+00 : f64
 
-// tt-mlir AutoShardingPass score: 2 CCLs (~2.002) minus 0.75 + 0.75 (+0.001) for the
-// two weights split 4 ways (these arguments have no kinds here, so multiplier 1).
+// tt-mlir AutoShardingPass score: 2 CCLs (2.0024) minus 3 x (0.75 + 0.75) for the two
+// weights split 4 ways (unnamed, they are parameters by the graph: each is contracted
+// against an activation, so multiplier 3) and 0.001 for the input split 2 ways.
 // Times stay the calibrated ones.
 // HEUR-LABEL: module attributes
 // HEUR-SAME: shard_opt.ccl_us = 3.414000e+01 : f64
-// HEUR-SAME: shard_opt.score = 5.015000e-01 : f64
+// HEUR-SAME: shard_opt.score = -2.498500e+00 : f64
 // HEUR: sdy.all_reduce {"model"}
 // HEUR-SAME: shard_opt.time_us = 2.574000e+01 : f64
 

@@ -183,12 +183,17 @@ def _returned_nodes(g: Graph) -> set[int]:
 
 
 def structure_of(model) -> Structure:
-    """``find_structure`` of a ``LoweredModel`` (its 1-layer copy when it has one: the
-    structure of a layer is every layer's; arguments are then mapped back by role)."""
+    """``find_structure`` of a ``LoweredModel``, calls inlined (its 1-layer copy when it
+    has one: the structure of a layer is every layer's; arguments are then mapped back by
+    role)."""
     short = model
     if model.with_layers is not None and (model.num_layers or 0) > 1:
         short = model.with_layers(1)
-    st = find_structure(ir.parse(short.text, filename=short.name), short.arguments)
+    from shard_opt.passes.inline_calls import inline_calls
+
+    module = ir.parse(short.text, filename=short.name)
+    inline_calls(module)  # a JAX model's helpers (@relu) are part of its dataflow
+    st = find_structure(module, short.arguments)
     if short is model:
         return st
     return _by_role(st, short.arguments, model.arguments)
@@ -223,3 +228,69 @@ def _by_role(st: Structure, short_args, full_args) -> Structure:
         for x in expand(c):
             out.units[x] = n
     return out
+
+
+def graph_weights(g: Graph, unknown: set[int]) -> set[int]:
+    """Which of the ``unknown`` arguments (neither an attribute nor a name says what they
+    are) are weights, read from the graph (calls inlined): an argument is a weight when
+    it is contracted against an activation, as a projection's weight is:
+
+    - the kernel of a ``convolution``;
+    - an operand of a ``dot_general`` with no batching dims whose other operand is
+      computed in the graph (not a layout view of an argument): ``relu(x @ w1) @ w2``
+      makes ``w2`` a weight. A matmul with batching dims reads two activations
+      (attention's scores, a KV cache) and decides nothing;
+    - of a ``dot_general`` of two arguments, the one whose free (not contracted) dims do
+      not all reach the module's results while the other's do: in ``relu(x @ w1) @ w2``
+      the result is indexed by ``x``'s batch and token dims and ``w2``'s outputs, and
+      ``w1``'s output features are contracted away by ``w2``. A lone ``x @ w`` decides
+      nothing. The same test keeps an argument multiplied with a computed weight
+      (``x @ dequantize(w)``) an input;
+    - the bias added to a weight's matmul (``mark-fusions``' linear pattern: a small
+      broadcast argument added to its result).
+
+    Everything else stays an input: an activation has rank >= 2 too, and calling one a
+    weight would let the search split it for free."""
+    from shard_opt.passes.mark_fusions import _bias
+
+    src = dim_sources(g)
+    reach: set = set()  # argument dims that index a result of the module
+    for node in g.nodes:
+        if node.name == "func.return":
+            for o in node.operands:
+                for s in src[o]:
+                    reach |= s
+
+    def arg_of(v: int) -> int | None:
+        return g.values[g.source(v)].arg
+
+    def reaches(v: int, contracted: list[int]) -> bool:
+        """Every free dim of operand ``v`` indexes a result of the module."""
+        return all(s <= reach for d, s in enumerate(src[v]) if d not in contracted)
+
+    weights: set[int] = set()
+    for node in g.nodes:
+        if node.name == "stablehlo.convolution":
+            weights.add(arg_of(node.operands[1]))
+        if node.name != "stablehlo.dot_general":
+            continue
+        lb, rb, lc, rc = g.dot_dims(node)
+        if lb or rb:
+            continue
+        (x, y), (cx, cy) = node.operands, (lc, rc)
+        for (v, cv), (other, co) in (((x, cx), (y, cy)), ((y, cy), (x, cx))):
+            if arg_of(v) is None:
+                continue
+            if arg_of(other) is None:  # contracted against a computed value
+                if reaches(other, co) or not reaches(v, cv):
+                    weights.add(arg_of(v))
+            elif arg_of(other) != arg_of(v) and reaches(other, co) and not reaches(v, cv):
+                weights.add(arg_of(v))
+    weights &= unknown
+    for node in g.nodes:  # the biases of the weights' matmuls
+        if node.name in ("stablehlo.dot_general", "stablehlo.convolution") and \
+                any(arg_of(o) in weights for o in node.operands):
+            for m in _bias(g, node, {}):
+                if g.nodes[m].name == "stablehlo.add":
+                    weights.update(x for x in map(arg_of, g.nodes[m].operands) if x in unknown)
+    return weights
