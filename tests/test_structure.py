@@ -89,7 +89,9 @@ def test_zoo_pairs_are_found_structurally(zoo, kinds):
     assert {p["kind"] for p in megatron_pairs(model)} == kinds
 
 
-# ---- pairs read from the graph alone -----------------------------------------------------
+# ---- pairs read from the graph alone: a bare module, a bias after the head ---------------
+
+SCRIPTS = os.path.join(ROOT, "tests", "fixtures", "scripts")
 
 
 def _plan(run_cli, tmp_path, model, mesh, *extra):
@@ -148,3 +150,18 @@ def test_a_bare_jax_mlp_with_biases():
         ("input", (8, 128, 1024)), ("param", (4096, 1024)), ("param", (1024, 4096)), ("param", (4096,)),
         ("param", (1024,))]
     assert megatron_pairs(lm) == [{"kind": "mlp", "column": ["%arg1"], "row": ["%arg2"]}]
+
+
+def test_gptj_lm_head_with_a_bias_is_an_output_head(run_cli, tmp_path):
+    # GPT-J: parallel attention + MLP, and lm_head(x) + bias is what the model returns
+    plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "gptj_block.py"), "1x8")
+    mega = plan["baselines"]["megatron"]
+    assert mega["pairs"] == [
+        {"kind": "attention", "column": ["transformer.h.*.attn.q_proj.weight", "transformer.h.*.attn.k_proj.weight",
+                                         "transformer.h.*.attn.v_proj.weight"],
+         "row": ["transformer.h.*.attn.out_proj.weight"]},
+        {"kind": "mlp", "column": ["transformer.h.*.mlp.fc_in.weight"], "row": ["transformer.h.*.mlp.fc_out.weight"]},
+        {"kind": "head", "column": ["lm_head.weight"], "row": []}]
+    assert mega["arguments"]["lm_head.weight"] == [["model"], []]
+    assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]
+    assert plan["cost"]["total_us"] <= mega["total_us"]

@@ -16,7 +16,8 @@ Which matmuls pair up is a property of the graph, not of parameter names:
 - an **expert pair** (MoE) is two stacked-expert weights whose expert dim is a batch
   dim of both matmuls: expert parallel splits that dim;
 - an **output head** is a column weight with no row partner whose result leaves the
-  model (an LM head: Megatron splits the output embedding's vocabulary);
+  model, through layout ops and its bias add (an LM head: Megatron splits the output
+  embedding's vocabulary; GPT-J's has a bias);
 - a **KV cache** dim that shares a value dim with a column weight's output (the cache
   concatenated with new keys) splits with it, so each device keeps its heads' cache;
 - the **units** of a column dim: the smallest value dim it indexes (the head count
@@ -165,7 +166,21 @@ def _kind(g: Graph, start: int, stop: int, attention: set[int]) -> str:
 
 
 def _returned_nodes(g: Graph) -> set[int]:
-    """Nodes whose result reaches ``func.return`` through layout ops only."""
+    """Nodes whose result reaches ``func.return`` through layout ops, constant scalings
+    and bias adds only (an LM head with a bias, GPT-J's: ``lm_head(x) + b`` is what the
+    model returns; a classifier's ``addmm``)."""
+    def bias(v: int) -> bool:
+        """A 1-D weight, broadcast, maybe scaled by a constant (addmm's beta)."""
+        for _ in range(8):
+            x = g.source(v)
+            if g.values[x].arg is not None:
+                return g.is_weight(x) and len(g.values[x].shape) <= 1
+            p = g.producer(x)
+            if p.name != "stablehlo.multiply" or not g.is_constant(p.operands[1]):
+                return False
+            v = p.operands[0]
+        return False
+
     out = set()
     for node in g.nodes:
         if node.name != "func.return":
@@ -179,6 +194,12 @@ def _returned_nodes(g: Graph) -> set[int]:
             out.add(p.index)
             if p.name in LAYOUT_OPS:
                 stack.extend(p.operands)
+            elif p.name == "stablehlo.add" and len(p.operands) == 2:
+                x, b = p.operands
+                stack.extend(a for a, b in ((x, b), (b, x)) if bias(b))
+            elif p.name == "stablehlo.multiply" and len(p.operands) == 2:  # addmm's alpha
+                x, c = p.operands
+                stack.extend(a for a, c in ((x, c), (c, x)) if g.is_constant(c))
     return out
 
 
