@@ -89,7 +89,8 @@ def test_zoo_pairs_are_found_structurally(zoo, kinds):
     assert {p["kind"] for p in megatron_pairs(model)} == kinds
 
 
-# ---- pairs read from the graph alone: a bare module, a bias after the head ---------------
+# ---- pairs read from the graph alone: a bare module, a bias after the head, a norm or a
+# residual add between two projections ---------------------------------------------------
 
 SCRIPTS = os.path.join(ROOT, "tests", "fixtures", "scripts")
 
@@ -165,3 +166,19 @@ def test_gptj_lm_head_with_a_bias_is_an_output_head(run_cli, tmp_path):
     assert mega["arguments"]["lm_head.weight"] == [["model"], []]
     assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]
     assert plan["cost"]["total_us"] <= mega["total_us"]
+
+
+def test_a_residual_add_and_a_norm_end_a_pair(run_cli, tmp_path):
+    # renamed pre-norm block: b's output reaches c and g only through x + b(...) and a
+    # LayerNorm, so b pairs with neither; c, g -> e is the MLP's pair. a packs q|k|v as
+    # [3, heads, head_dim]: a plain split of its dim 0 would cut across q, k and v, so
+    # it is no column (b then has no partner)
+    plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "renamed_swiglu.py"), "1x8")
+    mega = plan["baselines"]["megatron"]
+    assert mega["pairs"] == [{"kind": "mlp", "column": ["c.weight", "g.weight"], "row": ["e.weight"]}]
+    assert mega["arguments"] == {"c.weight": [["model"], []], "g.weight": [["model"], []], "e.weight": [[], ["model"]]}
+    assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]
+    # a LayerNorm alone between two projections ends the pair too; the last one, its
+    # result returned through its bias add, is an output head
+    ln = frontends.load(os.path.join(SCRIPTS, "layernorm_mlp.py"))
+    assert megatron_pairs(ln) == [{"kind": "head", "column": ["out.weight"], "row": []}]

@@ -8,11 +8,14 @@ Which matmuls pair up is a property of the graph, not of parameter names:
 
 - a **column -> row pair** is a weight W1 whose output-feature dim indexes the
   contracted dim of a later matmul with weight W2, through elementwise ops, reshapes
-  and attention (the per-head matmuls carry the heads as a batch dim), norms included
-  (a norm over the split features costs a small all_reduce of its statistics). Pairs
-  are closed in program order and a weight takes one role: a weight that closes a pair
-  (o_proj, down_proj) is not also the column of the next layer's projections, which
-  read the same features through the residual stream;
+  and attention (the per-head matmuls carry the heads as a batch dim). Two things end
+  a column's features on the way (``_chains``): a reduction over them (a norm over the
+  split features: LayerNorm, RMSNorm; GroupNorm reduces within groups of channels and
+  does not), and an elementwise op with an unsplit tensor (the residual stream: the
+  input's features or an earlier row's output; a bias, a scale and another column's
+  output, SwiGLU's ``silu(g(x)) * c(x)``, do not). Pairs are closed in program order
+  and a weight takes one role: a weight that closes a pair (o_proj, down_proj) is not
+  also a column;
 - an **expert pair** (MoE) is two stacked-expert weights whose expert dim is a batch
   dim of both matmuls: expert parallel splits that dim;
 - an **output head** is a column weight with no row partner whose result leaves the
@@ -63,34 +66,13 @@ def find_structure(module, arguments) -> Structure:
     attention = {n for label, members in find_groups(g) if label.startswith("sdpa") for n in members}
     src = dim_sources(g)
     kinds = [a.kind for a in arguments]
+    dots = _weight_products(g, src)
 
-    def weight_dims(node):
-        """(weight operand index, its argument, per operand dim: the argument's dims it
-        indexes (several where a reshape merged them, as stacked experts x features))."""
-        for i, o in enumerate(node.operands):
-            if g.is_weight(o):
-                arg = g.values[g.source(o)].arg
-                return i, arg, [{x for x in s if x[0] == arg} for s in src[o]]
-        return None
-
-    dots = []  # (node, weight operand, arg, operand dims -> arg dims, contracting, batching)
-    for node in g.nodes:
-        if node.name != "stablehlo.dot_general":
-            continue
-        found = weight_dims(node)
-        if found is None:
-            continue
-        i, arg, dims = found
-        lb, rb, lc, rc = g.dot_dims(node)
-        contract, batch = (lc, lb) if i == 0 else (rc, rb)
-        dots.append((node, i, arg, dims, contract, batch))
-
-    free: dict[Dim, int] = {}  # weight dims a matmul does not contract -> its dot node
-    for node, i, arg, dims, contract, batch in dots:
-        for d, ads in enumerate(dims):
-            if d not in contract:
-                for ad in ads:
-                    free[ad] = node.index
+    free: dict[Dim, int] = {}  # weight dims a product leaves as its output features -> its node
+    for p in dots:
+        for d in p.free:
+            for ad in p.dims[d]:
+                free[ad] = p.node.index
 
     def size(x: Dim) -> int:
         return g.values[g.args[x[0]]].shape[x[1]]
@@ -99,33 +81,35 @@ def find_structure(module, arguments) -> Structure:
     rows: set[int] = set()  # weights that close a pair: not also a column (one split per weight)
     cols: set[int] = set()
     experts: set[int] = set()  # stacked-expert weights: split on the expert dim only
-    for node, i, arg, dims, contract, batch in dots:  # program order: each matmul as the closing one
-        act = node.operands[1 - i]
-        lb, rb, lc, rc = g.dot_dims(node)
-        act_contract, act_batch = (rc, rb) if i == 0 else (lc, lb)
-        row = next((x for d in contract for x in sorted(dims[d])), None)
+
+    def close(p: _Product, chain) -> None:
+        """``p`` as the closing (row) matmul of the pairs its contracted features end."""
+        act, arg, dims = p.node.operands[1 - p.weight], p.arg, p.dims
+        row = next((x for d in p.contract for x in sorted(dims[d])), None)
         if row is not None and arg not in cols and arg not in experts:
-            reaching = set().union(*(src[act][d] for d in act_contract))
+            reaching = set().union(*(chain[act][d] for d in p.act_contract))
             for col in sorted(reaching & set(free)):
                 if col[0] == arg or col[0] in rows or col[0] in experts or col[1] != _out_dim(dots, col):
                     continue
-                st.pairs.append((col, row, _kind(g, free[col], node.index, attention)))
+                kind = _kind(g, free[col], p.node.index, attention)
+                st.pairs.append((col, row, kind))
                 rows.add(arg)
                 cols.add(col[0])
-        mine = next((x for d in batch for x in sorted(dims[d])), None)
+        mine = next((x for d in p.batch for x in sorted(dims[d])), None)
         if mine is not None:
-            reaching = set().union(*(src[act][d] for d in act_batch))
+            reaching = set().union(*(src[act][d] for d in p.act_batch))
             for other in sorted(reaching & set(free)):
                 if other[0] != arg and size(other) == size(mine):
                     st.experts.append((other, mine))
                     experts.update((other[0], arg))
+
+    _chains(g, src, dots, lambda x: x in free and x[0] not in rows, close)
     paired = {c[0] for c, _, _ in st.pairs} | {r[0] for _, r, _ in st.pairs} | \
         {x[0] for pair in st.experts for x in pair}
     returned = _returned_nodes(g)
-    for node, i, arg, dims, contract, batch in dots:
-        col = next((x for d in range(len(dims)) if d not in contract and d not in batch
-                    for x in sorted(dims[d])), None)
-        if col is not None and arg not in paired and node.index in returned:
+    for p in dots:
+        col = next((x for d in p.free for x in sorted(p.dims[d])), None)
+        if col is not None and p.arg not in paired and p.node.index in returned:
             st.heads.append(col)
     columns = {c for c, _, _ in st.pairs} | set(st.heads)
     for v, dims in enumerate(src):
@@ -133,13 +117,13 @@ def find_structure(module, arguments) -> Structure:
         for d, s in enumerate(dims):
             if len(s) < 2:
                 continue
-            cols = [x for x in s if x in columns]
-            for c in cols:
+            cols_here = [x for x in s if x in columns]
+            for c in cols_here:
                 if shape[d] > 1:
                     st.units[c] = min(st.units.get(c, shape[d]), shape[d])
             for x in s:  # a cache dim indexed, at its own size, with a column's features
-                if kinds[x[0]] == "cache" and cols and g.values[g.args[x[0]]].shape[x[1]] == shape[d]:
-                    st.caches.setdefault(x, cols[0])
+                if kinds[x[0]] == "cache" and cols_here and g.values[g.args[x[0]]].shape[x[1]] == shape[d]:
+                    st.caches.setdefault(x, cols_here[0])
     for v, dims in enumerate(src):  # units of columns indexed alone
         for d, s in enumerate(dims):
             if len(s) == 1:
@@ -149,14 +133,122 @@ def find_structure(module, arguments) -> Structure:
     return st
 
 
-def _out_dim(dots, col: Dim) -> int | None:
-    """The weight dim its matmul leaves as the output features (its non-contracted,
-    non-batch dim indexing nothing else): ``col``'s dim when it is one."""
-    for node, i, arg, dims, contract, batch in dots:
-        if arg == col[0]:
-            for d, ads in enumerate(dims):
-                if d not in contract and d not in batch and len(ads) == 1:
-                    return next(iter(ads))[1]
+@dataclass
+class _Product:
+    """A matmul with a weight operand.
+
+    Attributes:
+      node: the ``dot_general``; weight: which operand is the weight.
+      arg: the weight's argument; dims: per weight operand dim, the argument dims it indexes.
+      contract, batch, free: weight operand dims contracted, batched, left as output features.
+      act_contract, act_batch: the activation operand's contracted and batching dims.
+    """
+
+    node: object
+    weight: int
+    arg: int
+    dims: list
+    contract: list[int]
+    batch: list[int]
+    free: list[int]
+    act_contract: list[int]
+    act_batch: list[int]
+
+
+def _weight_products(g: Graph, src) -> list[_Product]:
+    """Every ``dot_general`` with a weight operand, in program order."""
+    out = []
+    for node in g.nodes:
+        if node.name == "stablehlo.dot_general":
+            i = next((i for i, o in enumerate(node.operands) if g.is_weight(o)), None)
+            if i is None:
+                continue
+            lb, rb, lc, rc = g.dot_dims(node)
+            contract, batch = (lc, lb) if i == 0 else (rc, rb)
+            act_contract, act_batch = (rc, rb) if i == 0 else (lc, lb)
+            rank = len(g.values[node.operands[i]].shape)
+            free = [d for d in range(rank) if d not in contract and d not in batch]
+        else:
+            continue
+        w = node.operands[i]
+        arg = g.values[g.source(w)].arg
+        dims = [{x for x in s if x[0] == arg} for s in src[w]]
+        out.append(_Product(node, i, arg, dims, contract, batch, free, act_contract, act_batch))
+    return out
+
+
+_ENDED = frozenset({(-1, -1)})  # a dim normalised over its features (``_chains``)
+
+
+def _chains(g: Graph, src, products: list[_Product], open_column, close) -> None:
+    """Follow columns' output features through the graph in program order, calling
+    ``close(product, chain)`` at each weight product before its result is computed.
+
+    ``chain`` is ``dim_sources`` with the two places a column -> row pair ends:
+
+    - a **reduction over the features** (a norm): a value combined elementwise with a
+      statistic reduced over some argument dims (``x - mean(x)``, ``x * rsqrt(mean(x^2))``)
+      no longer carries them; they are replaced by ``_ENDED``, which no column owns, so
+      the normalised value counts as unsplit where it meets a column's output. A
+      reduction over other dims (GroupNorm's groups of channels: the channel dim is split
+      into groups before the reduction; softmax over keys) leaves the features alone;
+    - an elementwise op with an **unsplit tensor**: where one operand's dim carries a
+      source that is not an open column's features (``open_column``: a weight's output
+      dim that no pair has closed yet), the open columns' features end there: the
+      residual stream (the input's features, earlier rows' outputs) added to a column's
+      output would have to be gathered first. Operands computed from weights alone (a
+      bias, a scale) and constants follow whatever they are combined with; two columns'
+      outputs (SwiGLU's ``silu(g(x)) * c(x)``) carry each other on.
+    """
+    from shard_opt.dataflow import ELEMENTWISE_OPS, _node_sources
+
+    by_node = {p.node.index: p for p in products}
+    weights = {i for i, k in enumerate(g.arg_kinds) if k in ("param", "buffer")}
+
+    def weight_only(v: int) -> bool:
+        return all(a in weights for s in src[v] for a, _ in s)
+
+    chain: list[list[frozenset]] = [[frozenset()] * len(v.shape) for v in g.values]
+    for i, v in enumerate(g.args):
+        chain[v] = [frozenset({(i, d)}) for d in range(len(g.values[v].shape))]
+    stats: list[frozenset] = [frozenset()] * len(g.values)  # argument dims a statistic is reduced over
+    for node in g.nodes:
+        if node.index in by_node:
+            close(by_node[node.index], chain)
+        if not node.results:
+            continue
+        r = node.results[0]
+        shape = g.values[r].shape
+        res = _node_sources(g, node, chain, len(shape))
+        if res is None or len(res) != len(shape):
+            continue
+        if node.name == "stablehlo.reduce":
+            reduced = g.ints(node, "dimensions")
+            stats[r] = frozenset().union(*(stats[o] for o in node.operands),
+                                         *(chain[node.operands[0]][d] for d in reduced))
+        elif node.name in ELEMENTWISE_OPS or node.name in LAYOUT_OPS:
+            stats[r] = frozenset().union(*(stats[o] for o in node.operands))
+        if node.name in ELEMENTWISE_OPS and len(node.operands) > 1:
+            live = [o for o in node.operands if g.values[o].shape == shape and not g.is_constant(o)
+                    and not weight_only(o)]
+            if live:  # a bias or a scale adds nothing of its own
+                res = [frozenset().union(*(chain[o][d] for o in live)) for d in range(len(shape))]
+            for d in range(len(shape)):
+                if any(not open_column(x) for o in live for x in chain[o][d]):
+                    res[d] = frozenset(x for x in res[d] if not open_column(x))
+        if stats[r]:  # normalised over those dims: they end, as an unsplit tensor's dims would
+            res = [(s - stats[r]) | _ENDED if s & stats[r] else s for s in res]
+        chain[r] = res
+
+
+def _out_dim(dots: list[_Product], col: Dim) -> int | None:
+    """The weight dim its product leaves as the output features (a free dim indexing
+    nothing else): ``col``'s dim when it is one."""
+    for p in dots:
+        if p.arg == col[0]:
+            for d in p.free:
+                if len(p.dims[d]) == 1:
+                    return next(iter(p.dims[d]))[1]
     return None
 
 
@@ -169,6 +261,7 @@ def _returned_nodes(g: Graph) -> set[int]:
     """Nodes whose result reaches ``func.return`` through layout ops, constant scalings
     and bias adds only (an LM head with a bias, GPT-J's: ``lm_head(x) + b`` is what the
     model returns; a classifier's ``addmm``)."""
+
     def bias(v: int) -> bool:
         """A 1-D weight, broadcast, maybe scaled by a constant (addmm's beta)."""
         for _ in range(8):
