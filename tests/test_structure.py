@@ -90,7 +90,7 @@ def test_zoo_pairs_are_found_structurally(zoo, kinds):
 
 
 # ---- pairs read from the graph alone: a bare module, a bias after the head, a norm or a
-# residual add between two projections ---------------------------------------------------
+# residual add between two projections, convolutions -----------------------------------
 
 SCRIPTS = os.path.join(ROOT, "tests", "fixtures", "scripts")
 
@@ -182,3 +182,14 @@ def test_a_residual_add_and_a_norm_end_a_pair(run_cli, tmp_path):
     # result returned through its bias add, is an output head
     ln = frontends.load(os.path.join(SCRIPTS, "layernorm_mlp.py"))
     assert megatron_pairs(ln) == [{"kind": "head", "column": ["out.weight"], "row": []}]
+
+
+def test_a_res_block_pairs_its_convolutions_across_a_group_norm(run_cli, tmp_path):
+    # diffusers' ResnetBlock2D: GroupNorm(32) reduces within groups of channels, so
+    # conv1's output channels reach conv2's input channels: column -> row, one all_reduce
+    plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "unet_resblock.py"), "1x8")
+    mega = plan["baselines"]["megatron"]
+    assert mega["pairs"] == [{"kind": "conv", "column": ["resnet.conv1.weight"], "row": ["resnet.conv2.weight"]}]
+    assert mega["arguments"] == {"resnet.conv1.weight": [["model"], [], [], []],
+                                 "resnet.conv2.weight": [[], ["model"], [], []]}
+    assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]

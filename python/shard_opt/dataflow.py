@@ -363,11 +363,20 @@ def _gather_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | N
     return res
 
 
-def _conv_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | None:
+def conv_layout(g: Graph, node: Node) -> tuple[list[str], list[str], list[str]] | None:
+    """A ``convolution``'s dim labels, (input, kernel, output): ``b``/``f`` batch and
+    features, ``o``/``i`` kernel output and input channels, digits the window dims."""
     m = re.search(r"\[([^\]]*)\]x\[([^\]]*)\]->\[([^\]]*)\]", g.attr(node, "dimension_numbers"))
     if not m:
         return None
-    lhs_l, rhs_l, out_l = ([p.strip() for p in part.split(",")] for part in m.groups())
+    return tuple([p.strip() for p in part.split(",")] for part in m.groups())  # type: ignore[return-value]
+
+
+def _conv_sources(g: Graph, node: Node, out, rank: int) -> list[frozenset] | None:
+    layout = conv_layout(g, node)
+    if layout is None:
+        return None
+    lhs_l, rhs_l, out_l = layout
     lhs, rhs = out[node.operands[0]], out[node.operands[1]]
     res = [_NONE] * rank
     for d, label in enumerate(out_l):

@@ -16,6 +16,9 @@ Which matmuls pair up is a property of the graph, not of parameter names:
   output, SwiGLU's ``silu(g(x)) * c(x)``, do not). Pairs are closed in program order
   and a weight takes one role: a weight that closes a pair (o_proj, down_proj) is not
   also a column;
+- a **convolution** pairs like a matmul: its kernel's output channels are the column
+  dim, its input channels the row dim (a UNet res-block's conv1 -> conv2); grouped
+  (depthwise) convolutions do not pair;
 - an **expert pair** (MoE) is two stacked-expert weights whose expert dim is a batch
   dim of both matmuls: expert parallel splits that dim;
 - an **output head** is a column weight with no row partner whose result leaves the
@@ -33,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from shard_opt import ir
-from shard_opt.dataflow import LAYOUT_OPS, Graph, dim_sources
+from shard_opt.dataflow import LAYOUT_OPS, Graph, conv_layout, dim_sources
 from shard_opt.lowered import indices_by_role
 
 Dim = tuple[int, int]  # (argument index, dim)
@@ -135,10 +138,10 @@ def find_structure(module, arguments) -> Structure:
 
 @dataclass
 class _Product:
-    """A matmul with a weight operand.
+    """A matmul or convolution with a weight operand.
 
     Attributes:
-      node: the ``dot_general``; weight: which operand is the weight.
+      node: the ``dot_general`` / ``convolution``; weight: which operand is the weight.
       arg: the weight's argument; dims: per weight operand dim, the argument dims it indexes.
       contract, batch, free: weight operand dims contracted, batched, left as output features.
       act_contract, act_batch: the activation operand's contracted and batching dims.
@@ -156,7 +159,9 @@ class _Product:
 
 
 def _weight_products(g: Graph, src) -> list[_Product]:
-    """Every ``dot_general`` with a weight operand, in program order."""
+    """Every ``dot_general`` with a weight operand, and every ungrouped ``convolution``
+    whose kernel is a weight (its output channels free, its input channels contracted,
+    its window dims neither), in program order."""
     out = []
     for node in g.nodes:
         if node.name == "stablehlo.dot_general":
@@ -168,6 +173,14 @@ def _weight_products(g: Graph, src) -> list[_Product]:
             act_contract, act_batch = (rc, rb) if i == 0 else (lc, lb)
             rank = len(g.values[node.operands[i]].shape)
             free = [d for d in range(rank) if d not in contract and d not in batch]
+        elif node.name == "stablehlo.convolution" and g.is_weight(node.operands[1]):
+            layout = conv_layout(g, node)
+            if layout is None or any((g.attr(node, k).split(":")[0].strip() or "1") != "1"
+                                     for k in ("feature_group_count", "batch_group_count")):
+                continue  # a grouped (depthwise) convolution keeps channels apart: no pair
+            lhs_l, rhs_l, _ = layout
+            i, contract, batch, free = 1, [rhs_l.index("i")], [], [rhs_l.index("o")]
+            act_contract, act_batch = [lhs_l.index("f")], []
         else:
             continue
         w = node.operands[i]
@@ -253,8 +266,11 @@ def _out_dim(dots: list[_Product], col: Dim) -> int | None:
 
 
 def _kind(g: Graph, start: int, stop: int, attention: set[int]) -> str:
-    """``attention`` when an attention op lies between the two matmuls, else ``mlp``."""
-    return "attention" if attention & g.forward(start, stop) else "mlp"
+    """``attention`` when an attention op lies between the two products, else ``conv``
+    when the column is a convolution, else ``mlp``."""
+    if attention & g.forward(start, stop):
+        return "attention"
+    return "conv" if g.nodes[start].name == "stablehlo.convolution" else "mlp"
 
 
 def _returned_nodes(g: Graph) -> set[int]:
