@@ -79,6 +79,13 @@ def test_few_kv_heads_stay_replicated(llama):
     assert any(llama.arguments[i].name == "model.layers.0.self_attn.k_proj.weight" for i in two)
 
 
+def test_decode_finds_the_pairs_prefill_finds(llama):
+    # decode's scores carry the KV cache's heads beside k_proj's: the cache splits with
+    # its column, it is no unsplit tensor that would end q, k -> o
+    decode = frontends.load(LLAMA, phase="decode")
+    assert megatron_pairs(decode) == megatron_pairs(llama)
+
+
 @pytest.mark.parametrize("zoo, kinds", [
     ("bert-large", {"attention", "mlp"}),
     ("gpt2-xl", {"attention", "mlp", "head"}),

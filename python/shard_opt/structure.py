@@ -106,7 +106,7 @@ def find_structure(module, arguments) -> Structure:
                     st.experts.append((other, mine))
                     experts.update((other[0], arg))
 
-    _chains(g, src, dots, lambda x: x in free and x[0] not in rows, close)
+    _chains(g, dots, lambda x: x in free and x[0] not in rows, close)
     paired = {c[0] for c, _, _ in st.pairs} | {r[0] for _, r, _ in st.pairs} | \
         {x[0] for pair in st.experts for x in pair}
     returned = _returned_nodes(g)
@@ -193,7 +193,7 @@ def _weight_products(g: Graph, src) -> list[_Product]:
 _ENDED = frozenset({(-1, -1)})  # a dim normalised over its features (``_chains``)
 
 
-def _chains(g: Graph, src, products: list[_Product], open_column, close) -> None:
+def _chains(g: Graph, products: list[_Product], open_column, close) -> None:
     """Follow columns' output features through the graph in program order, calling
     ``close(product, chain)`` at each weight product before its result is computed.
 
@@ -211,26 +211,33 @@ def _chains(g: Graph, src, products: list[_Product], open_column, close) -> None
       residual stream (the input's features, earlier rows' outputs) added to a column's
       output would have to be gathered first. Operands computed from weights alone (a
       bias, a scale) and constants follow whatever they are combined with; two columns'
-      outputs (SwiGLU's ``silu(g(x)) * c(x)``) carry each other on.
+      outputs (SwiGLU's ``silu(g(x)) * c(x)``) carry each other on, and so does a KV
+      cache's heads dim (decode's scores carry the cache's heads beside k_proj's).
     """
     from shard_opt.dataflow import ELEMENTWISE_OPS, _node_sources
 
     by_node = {p.node.index: p for p in products}
     weights = {i for i, k in enumerate(g.arg_kinds) if k in ("param", "buffer")}
+    caches = {i for i, k in enumerate(g.arg_kinds) if k == "cache"}
 
-    def weight_only(v: int) -> bool:
-        return all(a in weights for s in src[v] for a, _ in s)
+    def unsplit(x: Dim) -> bool:  # a KV cache splits with the column it extends (its heads)
+        return x[0] not in caches and not open_column(x)
 
     chain: list[list[frozenset]] = [[frozenset()] * len(v.shape) for v in g.values]
     for i, v in enumerate(g.args):
         chain[v] = [frozenset({(i, d)}) for d in range(len(g.values[v].shape))]
     stats: list[frozenset] = [frozenset()] * len(g.values)  # argument dims a statistic is reduced over
+    active = [False] * len(g.values)  # computed from an input or a cache (not weights and constants alone)
+    for i, v in enumerate(g.args):
+        active[v] = i not in weights
     for node in g.nodes:
         if node.index in by_node:
             close(by_node[node.index], chain)
         if not node.results:
             continue
         r = node.results[0]
+        for x in node.results:
+            active[x] = any(active[o] for o in node.operands)
         shape = g.values[r].shape
         res = _node_sources(g, node, chain, len(shape))
         if res is None or len(res) != len(shape):
@@ -242,12 +249,11 @@ def _chains(g: Graph, src, products: list[_Product], open_column, close) -> None
         elif node.name in ELEMENTWISE_OPS or node.name in LAYOUT_OPS:
             stats[r] = frozenset().union(*(stats[o] for o in node.operands))
         if node.name in ELEMENTWISE_OPS and len(node.operands) > 1:
-            live = [o for o in node.operands if g.values[o].shape == shape and not g.is_constant(o)
-                    and not weight_only(o)]
+            live = [o for o in node.operands if g.values[o].shape == shape and active[o]]
             if live:  # a bias or a scale adds nothing of its own
                 res = [frozenset().union(*(chain[o][d] for o in live)) for d in range(len(shape))]
             for d in range(len(shape)):
-                if any(not open_column(x) for o in live for x in chain[o][d]):
+                if any(unsplit(x) for o in live for x in chain[o][d]):
                     res[d] = frozenset(x for x in res[d] if not open_column(x))
         if stats[r]:  # normalised over those dims: they end, as an unsplit tensor's dims would
             res = [(s - stats[r]) | _ENDED if s & stats[r] else s for s in res]
