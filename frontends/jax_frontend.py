@@ -112,7 +112,7 @@ def lower_jax(fn, *example_args, name: str | None = None, kinds: dict[str, str] 
     func = ir.main_func(module)
     if func.attributes["sym_name"].value != "main":
         raise RuntimeError(f"lower_jax({name}): jax produced no func @main")
-    typed = arguments_of(module, where=name)
+    typed = arguments_of(module, where=name, graph_kinds=False)  # types only: the kinds are below
     if len(typed) != len(names):
         raise RuntimeError(f"lower_jax({name}): @main has {len(typed)} arguments for {len(names)} pytree leaves")
     arguments = [Argument(i, n, k, t.shape, t.dtype) for i, (n, k, t) in enumerate(zip(names, arg_kinds, typed))]

@@ -80,8 +80,10 @@ def _arg_attr_dicts(func) -> list[dict]:
     return out
 
 
-def arguments_of(module, *, where: str = "<input>") -> list[Argument]:
-    """Arguments of ``@main`` with names and kinds recovered as the module docstring says."""
+def arguments_of(module, *, where: str = "<input>", graph_kinds: bool = True) -> list[Argument]:
+    """Arguments of ``@main`` with names and kinds recovered as the module docstring says
+    (``graph_kinds=False``: those neither an attribute nor a name gives are ``input``,
+    for a caller that knows them)."""
     irm = ir.ir()
     func = ir.main_func(module, where)
     attrs = _arg_attr_dicts(func)
@@ -108,7 +110,7 @@ def arguments_of(module, *, where: str = "<input>") -> list[Argument]:
             args.append(Argument(i, name, kind or _named_kind(name) or "", tuple(int(s) for s in shape), dtype))
     unknown = {a.index for a in args if not a.kind}
     if unknown:
-        weights = _weights_from_graph(module, unknown)
+        weights = _weights_from_graph(module, unknown) if graph_kinds else set()
         args = [a if a.kind else dataclasses.replace(a, kind="param" if a.index in weights else "input")
                 for a in args]
     return args
