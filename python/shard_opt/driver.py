@@ -264,6 +264,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
 
+    t0 = time.perf_counter()
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
@@ -323,6 +324,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         base_checks[name]["ttnn"] = chk["stages"].get("ttnn", {})
         base_checks[name]["differences"] = chk["differences"]
     a, fe = finalists[best]
+    checks[best]["check_seconds"] = round(time.perf_counter() - t0, 3)  # the whole check: compiles, reading
     return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
 
 

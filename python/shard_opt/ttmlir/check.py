@@ -461,5 +461,6 @@ def line(check: dict, name: str = "plan") -> str:
     verdict = "matches the priced collectives" if check["matches"] else \
         f"DIFFERS from the plan ({len(check['differences'])} differences, see the report)"
     extra = f"; checked {check['checked_us']} us" if "checked_us" in check else ""
-    return (f"shard-opt: tt-mlir: {name} compiled in {check['seconds']:.1f} s, {verdict}; TTNN per step: {ttnn}, "
+    took = f"{check['seconds']:.1f} s" + (f", the check {check['check_seconds']:.1f} s" if "check_seconds" in check else "")
+    return (f"shard-opt: tt-mlir: {name} compiled ({took}), {verdict}; TTNN per step: {ttnn}, "
             f"{check['ttnn_ops_per_step']} device ops ({check['ttnn_ops_at_load']} at load){extra}")
