@@ -77,6 +77,8 @@ def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, ki
     assert chk["checked_us"] >= plan["cost"]["total_us"]
     assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
     assert "shard-opt: tt-mlir: plan compiled" in err
+    ratio = plan["baselines"]["megatron"]["checked_us"] / plan["cost"]["checked_us"]
+    assert f"checked vs megatron {ratio:.2f}x" in err  # the comparison on what tt-mlir emits
 
 
 @needs_plugin

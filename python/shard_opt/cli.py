@@ -796,6 +796,10 @@ def summary_line(plan: dict) -> str:
               if b.get("total_us") and c.get("total_us")]
     if ratios:
         line += "; speed-up vs " + ", ".join(ratios)
+    checked = [f"{k} {b['checked_us'] / c['checked_us']:.2f}x" for k, b in base.items()
+               if b.get("checked_us") and c.get("checked_us")]
+    if checked:  # both priced from what tt-mlir emits (the tt-mlir check)
+        line += "; checked vs " + ", ".join(checked)
     s = plan.get("search") or {}
     if s.get("candidates_evaluated", 0) > 1:
         line += f"; {s['candidates_evaluated']} candidates in {s['seconds']:.1f} s"
