@@ -550,6 +550,7 @@ def verify_ir(plan: dict, dump_text: str) -> VerifyResult:
     al = _Aligner(plan, events, list(axes), list(shape), dialect)
     al.run()
     _pair_with_load_time(al, res.const_eval)
+    _pair_folded_slices(al)
     _pair_out_of_order(al)
     res.pairings = al.pairings
     res.missing = [(i, al.cs[i], _missing_causes(al.cs[i], res, res.boundaries, al.extra)) for i in al.missing]
@@ -575,6 +576,19 @@ def _pair_with_load_time(al: _Aligner, const_eval: list[DumpOp]) -> None:
         al.pairings.append(Pairing("equivalent", [i], [d], "computed from constants: tt-mlir's const-eval runs it "
                                                              "once at load time, not per step"))
     al.missing = still
+
+
+def _pair_folded_slices(al: _Aligner) -> None:
+    """An all_slice the in-order pass took as folded into the arguments (no op) may still
+    be in the dump further on, as a ``mesh_partition``: pair the two, each once."""
+    for p in al.pairings:
+        if p.dump or len(p.plan) != 1 or al.cs[p.plan[0]]["kind"] != "all_slice":
+            continue
+        c = al.cs[p.plan[0]]
+        j = next((j for j, d in enumerate(al.extra) if d.kind == "all_slice" and al.same(c, d)), None)
+        if j is not None:
+            p.dump = [al.extra.pop(j)]
+            p.note = f"all_slice lowered to {p.dump[0].name} (a local slice, no traffic)"
 
 
 def _pair_out_of_order(al: _Aligner) -> None:
