@@ -421,3 +421,14 @@ def test_pipeline_header_citation_is_listed():
     n = re.search(r"\[(\d+)\]", head).group(1)
     first_sources = first.split("## 7. Sources")[1].split("# Sharding analysis")[0]
     assert re.search(rf"^\| \[{n}\] \| Tenstorrent sharding-analysis playbook \|", first_sources, re.M)
+
+
+@pytest.mark.parametrize("system, claim", [("p300", "ccl-fits-blackhole"), ("p150", "ccl-fits-blackhole"),
+                                           ("bh-loudbox", "ccl-fits-blackhole"), ("n300", "ccl-fits-wormhole"),
+                                           ("wh-loudbox", "ccl-fits-wormhole")])
+def test_the_architecture_comes_from_the_system_record_not_its_name(system, claim):
+    """`--system p300` is Blackhole although "bh" is not in its name: the report cites the
+    Blackhole CCL measurements for it."""
+    from shard_opt.emit.report import _fits_claim
+
+    assert _fits_claim({"system": system}) == claim

@@ -151,7 +151,15 @@ def _signed_us(x) -> str:
 
 
 def _is_blackhole(plan: dict) -> bool:
-    return "bh" in str(plan.get("system", "")).lower()
+    """From the system's own record (``costmodel``), not its name: ``p150``/``p300`` are
+    Blackhole without "bh" in their names."""
+    from shard_opt import costmodel
+    from shard_opt.errors import UserError
+
+    try:
+        return costmodel.get_system(str(plan.get("system", ""))).arch == "blackhole"
+    except UserError:  # a plan written for a system this version does not know
+        return "bh" in str(plan.get("system", "")).lower()
 
 
 def _fits_claim(plan: dict) -> str:
