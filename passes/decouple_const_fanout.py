@@ -74,20 +74,15 @@ def _function_of(op):
 
 
 def _replicated_functions(module) -> list:
+    """The functions none of whose arguments is sharded: tt-mlir's
+    ``hasExplicitlyShardedArguments`` counts a dim with axes (``{"model"}``) or an open
+    dim (``{?}``) as sharded."""
+    from shard_opt.analysis import arg_shardings
+
     out = []
     for f in module.body.operations:
         if f.operation.name != "func.func":
             continue
-        attrs = f.attributes["arg_attrs"] if "arg_attrs" in f.attributes else None
-        text = str(attrs) if attrs is not None else ""
-        if not _has_split(text):
+        if not any(s is not None and (not s.is_replicated or s.open_dims) for s in arg_shardings(f)):
             out.append(f.operation)
     return out
-
-
-def _has_split(arg_attrs_text: str) -> bool:
-    """Whether an argument sharding names an axis (``{"model"}``) or is open (``{?}``):
-    tt-mlir counts both as sharded (a dimension sharding with axes, or ``[{?}]``)."""
-    import re
-
-    return bool(re.search(r'#sdy\.sharding<@\w+, \[[^\]]*(\{"|\{\?\})', arg_attrs_text))
