@@ -271,17 +271,15 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         return Checked(assignment, final, {"compiled": False, "skipped": True, "error": why, "matches": False,
                                            "stages": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
                                            "differences": [f"not checked: {why}"]})
+    evaluator = Evaluator(model, mesh, system, cm, **setting)  # one prepared module for every plan compiled
     with timing.phase("check.finalists"):
-        finalists = _finalists(model, mesh, system, cm, groups, assignment, final, result, setting)
+        finalists = _finalists(model, groups, assignment, final, result, evaluator)
     n = math.prod(mesh.shape)
     base_evals = {}
-    evaluator = None
     for name, shardings in (("megatron", mega if "megatron" in baselines else None),
                             ("loader-spec", shardings_by_role(model, user.by_role) if user is not None else None)):
-        if shardings is None:
-            continue
-        evaluator = evaluator or Evaluator(model, mesh, system, cm, **setting)
-        base_evals[name] = evaluator.run(shardings, keep_ir=False)
+        if shardings is not None:
+            base_evals[name] = evaluator.run(shardings, keep_ir=False)
     names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
     texts = annotate_many(model, mesh, [(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
                           + [(ev.shardings, None) for ev in base_evals.values()])
@@ -328,7 +326,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
 
 
-def _finalists(model, mesh, system, cm, groups, assignment, final, result, setting) -> list[tuple]:
+def _finalists(model, groups, assignment, final, result, evaluator) -> list[tuple]:
     """(assignment, whole-model evaluation) of the search's plan and the next distinct ones,
     best first by the search's score, ``FINALISTS`` at most; a plan that breaks a safety rule,
     is priced infinite, or does not fit where the plan fits is not a finalist."""
@@ -342,7 +340,8 @@ def _finalists(model, mesh, system, cm, groups, assignment, final, result, setti
         if a == assignment or not math.isfinite(s.total_us) or s.unsafe or (final.score.fits and not s.fits):
             continue
         tried += 1
-        fe = final_evaluation(model, mesh, system, cm, groups, a, **setting)
+        # as final_evaluation evaluates the plan, on the evaluator the check prepared once
+        fe = evaluator.run(shardings_for(model, groups, a), constraints=constraints_for(groups, a), keep_ir=True)
         if _plan_key(fe) not in seen:  # another assignment of the same plan (a tie) is not a rival
             seen.add(_plan_key(fe))
             finalists.append((a, fe))
