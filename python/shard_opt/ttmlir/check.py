@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from shard_opt.emit import _plan
 from shard_opt.emit import verify_ir as vir
 from shard_opt.ttmlir import sysdesc
 
@@ -324,7 +325,7 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
     if not result.compiled:
         out["differences"] = [f"tt-mlir rejected the module: {result.error}"]
         return out
-    shape, _ = vir._plan.mesh_of(plan)
+    shape, _ = _plan.mesh_of(plan)
     if len(shape) == 1:
         shape = [1, shape[0]]
     if "shlo_compiler" in result.irs:
@@ -369,7 +370,6 @@ def ttnn_vs_ttir(summary: dict, mesh_shape) -> list[str]:
     total = 1
     for n in mesh_shape:
         total *= n
-    p2p_per_a2a = []
     for kind, n in ttir.items():
         if kind == "all_to_all":
             continue
@@ -407,7 +407,7 @@ def differences(verdicts: dict) -> list[str]:
         names = v.axis_names
         for i, c, _ in v.missing:
             out.append(f"{stage.upper()}: the plan prices {c['kind']} {{{','.join(c.get('axes') or [])}}} on "
-                       f"{vir._plan.shape_text(c.get('shape'), c.get('dtype'))}"
+                       f"{_plan.shape_text(c.get('shape'), c.get('dtype'))}"
                        f"{' [' + c['component'] + ']' if c.get('component') else ''} that tt-mlir does not run")
         for d, _ in v.extra:
             out.append(f"{stage.upper()}: tt-mlir runs {d.describe(names)} that the plan does not price")
@@ -428,7 +428,7 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
     compute model has no op for; minus ``load_ccl_us`` for each priced collective TTNN's
     const-eval runs once at load instead of per step. ``checked_us`` = the plan's
     ``total_us`` + all four."""
-    shape, axes = vir._plan.mesh_of(plan)
+    shape, axes = _plan.mesh_of(plan)
     names = list(axes)
     extra = 0.0
     for d, _ in ttir.extra:
@@ -437,15 +437,16 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
         axis = [names[a] for a in d.axes if a < len(names)] or None
         if axis is None:
             continue
-        nbytes = vir._plan.dtype_bytes(d.in_dtype) * (d.elements or 0)
+        nbytes = _plan.dtype_bytes(d.in_dtype) * (d.elements or 0)
         extra += system.collective_time_us(d.kind, nbytes, axis, tuple(shape), axis_names=tuple(names),
                                            allow_collective_permute=True)
     missing = sum(float(c.get("time_us") or 0.0) for _, c, _ in ttir.missing)
     ops_us = 0.0
     priced = summary.get("priced_device_ops")
     if priced is not None and summary.get("ttnn_ops_per_step") is not None:
-        c = system.compute_profile("generic")
-        dispatch = getattr(cost_model, "dispatch", "traced") if cost_model is not None else "traced"
+        # the plan's own cost model's profile and gap (tenstorrent: generic, traced)
+        c = system.compute_profile(getattr(cost_model, "compute_profile", "generic"))
+        dispatch = getattr(cost_model, "dispatch", "traced")
         per_op = c.kernel_floor_us + c.dispatch_us.get(dispatch, 0.0)
         ttnn_ccl = summary["ttnn_ops_breakdown"]["per_step"]["ccl"]
         beyond = summary["ttnn_ops_per_step"] - ttnn_ccl - priced
