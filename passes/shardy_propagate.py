@@ -73,6 +73,7 @@ from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
 from shard_opt.passes.inline_calls import inline_calls
+from shard_opt.rules import GUARDS
 from shard_opt.sharding import TensorSharding
 
 
@@ -210,15 +211,18 @@ def _erase_dead(alive: list) -> int:
     return erased
 
 
-def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, ops=None) -> None:
+def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, ops=None,
+                  allow: frozenset = frozenset()) -> None:
     """The constraints Shardy needs to make every data movement explicit (see the options),
     in one walk over the module. The driver also writes them into the annotated module it
     emits, so XLA and tt-mlir propagate from the same hints the plan was priced with.
 
     - in front of every tensor operand of an op Shardy has no sharding rule for: a
       replicated constraint, so the gather the op needs is explicit and priced;
-    - in front of a slice / pad / reverse: its moved dims closed and whole, the others
-      open (``{?}``), so Shardy gathers them instead of leaving the movement implicit.
+    - in front of an op a safety rule guards (``shard_opt.rules``: a slice / pad /
+      reverse, rule ``fused-split``): the constraint the rule asks for (its moved dims
+      closed and whole, the others open, ``{?}``), so Shardy gathers them instead of
+      leaving the movement implicit; not for a rule in ``allow`` (``--allow``).
     """
     if not (opaque_ops or moved_dims):
         return
@@ -234,17 +238,17 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
                     if tt is not None:
                         constrain_operand(op, i, TensorSharding.replicated(len(tt[0]), mesh_name).to_attr())
             elif moved_dims and name in MOVING_OPS:
-                dims = moved_dims_of(op)
-                if dims:
-                    rank = len(ir.tensor_type(op.operands[0].type)[0])
-                    body = ", ".join("{}" if d in dims else "{?}" for d in range(rank))
-                    constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, [{body}]>")
+                for rule in GUARDS:
+                    body = rule.id not in allow and name in rule.guard_ops and rule.guard(op)
+                    if body:
+                        constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, {body}>")
+                        break
 
 
 BROADCAST = "stablehlo.broadcast_in_dim"
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")
 SHARDY_OWN_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.")
-MOVING_OPS = ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse")
+MOVING_OPS = tuple(op for r in GUARDS for op in r.guard_ops)  # the safety rules' guards (shard_opt.rules)
 
 
 def _shardy_own(op) -> bool:
@@ -276,21 +280,3 @@ def constrain_operand(op, i: int, sharding: str) -> None:
     op.operation.operands[i] = guard.result
 
 
-def moved_dims_of(op) -> list[int]:
-    """Dims along which ``op`` moves data between positions: what a slice cuts, a pad pads,
-    a reverse reverses. Split there, each device would need another device's data."""
-    name = op.operation.name
-    tt = ir.tensor_type(op.operands[0].type) if op.operands else None
-    if tt is None:
-        return []
-    shape = tt[0]
-    attrs = op.attributes
-    if name == "stablehlo.slice":
-        start, limit, strides = (list(attrs[k]) for k in ("start_indices", "limit_indices", "strides"))
-        return [d for d in range(len(shape)) if start[d] != 0 or limit[d] != shape[d] or strides[d] != 1]
-    if name == "stablehlo.pad":
-        lo, hi, inner = (list(attrs[k]) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
-        return [d for d in range(len(shape)) if lo[d] or hi[d] or inner[d]]
-    if name == "stablehlo.reverse":
-        return sorted(set(attrs["dimensions"]))
-    return []

@@ -29,10 +29,11 @@ import functools
 import math
 import re
 
-from shard_opt import ir
+from shard_opt import ir, rules
 from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS
 from shard_opt.facts import DTYPE_BYTES, Collective, ModuleFacts, OpWork, dtype_bytes
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
+from shard_opt.rules.fused_split import MOVING_OPS
 
 SDY_COLLECTIVES = {
     "sdy.all_reduce": "all_reduce",
@@ -242,7 +243,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     group_of: dict = {}  # Value -> the group that computed it
     owner_of: dict = {}  # Operation -> (its fused group, or the parameter it reads): whom it belongs to
     pending = []  # (collective fields, op): made Collectives once the ops that read them are known
-    adds = []  # stablehlo.add ops: the residual connections are among them
+    walk = rules.Walk()  # what the safety rules read (shard_opt.rules)
+    adds, moving = walk.adds, walk.moving  # the residual connections are among the adds
     tracked_sets = (weight_values, cache_values, free_values)
 
     def reads_group_value(operand, reader_group) -> None:
@@ -264,6 +266,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 forget(r)
         if name == "stablehlo.add":
             adds.append(op)
+        elif name in MOVING_OPS:
+            moving.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
@@ -298,8 +302,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             for tracked in (weight_values, cache_values):  # a gathered / sliced weight is still one
                 if o0 in tracked:
                     tracked.update(results)
-            if name == "sdy.collective_permute":
-                facts.violations.append("collective-permute")
+            walk.collectives.add(name)
             pending.append((_collective(op, name, o0, results[0], index, local_of, shard, mesh, meshes,
                                         origin.get(o0, -1)), op))
             continue
@@ -367,8 +370,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     facts.collectives = [Collective(**{**fields, **_attributed(fields, op, owner_of)}) for fields, op in pending]
     collective_ops = [op for _, op in pending]
     # after the walk, when every value's sharding and weight-ness is known
-    if any(_splits_residual_stream(op, weight_values, shard) for op in adds):
-        facts.violations.append("residual-stream")
+    walk.weight_values, walk.shard = weight_values, shard
+    facts.violations = rules.violations(walk)
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
         bytes_out = sum(g.exits.values())
@@ -444,72 +447,6 @@ def _attributed(c: dict, op, owner_of: dict) -> dict:
         if not ops:
             break
     return {}
-
-
-def _splits_residual_stream(add, weight_values: set, shard: dict) -> bool:
-    """A residual connection (``x + proj(...)``: an add of two activations, one of them a
-    weight projection's output) whose result is split on the projection's output
-    features on an axis the projection reduces over, as the plan shards its weight or as
-    the propagated module runs it (safety rule ``residual-stream``): the residual stream
-    sharded where the row-parallel projection's all-reduce should make it whole, however
-    Shardy realised it (a reduce_scatter of the partial sums, or the weight sliced
-    into a column split so the all-reduce is gone). A split on another axis (tt-metal's
-    2-D layout keeps the stream split on the axis the projection does not reduce over)
-    is not; a bias add (one operand from weights alone) is not a residual connection; a
-    split of the tokens (sequence parallelism) is not a feature split."""
-    operands = list(add.operands)
-    if any(o in weight_values for o in operands):
-        return False
-    s = shard.get(add.results[0])
-    if s is None:
-        return False
-    shape = ir.tensor_type(add.results[0].type)[0]
-    for o in operands:
-        features, reduced = _projection(o, weight_values, shard)
-        if any(shape[d] in features and set(axes) & reduced for d, axes in enumerate(s.dims)):
-            return True
-    return False
-
-
-_PASS_THROUGH = ("stablehlo.reshape", "stablehlo.convert", "stablehlo.transpose", "sdy.all_reduce",
-                 "sdy.reduce_scatter", "sdy.all_gather", "sdy.all_slice", "sdy.reshard", "stablehlo.add")
-_SAME_DIMS = ("stablehlo.convert", "sdy.all_gather", "sdy.all_slice", "sdy.reshard")
-
-
-def _projection(value, weight_values: set, shard: dict, depth: int = 0) -> tuple[set[int], set[str]]:
-    """(output-feature sizes, axes its contracting dims are split on) of the weight
-    projection ``value`` is, through views, collectives and bias adds; empty if none.
-    The axes are the weight's at the dot and at every step back to its argument."""
-    producer = value.owner
-    name = getattr(producer, "name", "")
-    if name == "stablehlo.dot_general":
-        text = str(producer.attributes["dot_dimension_numbers"])
-        features, axes = set(), set()
-        for i, key in ((0, "lhs"), (1, "rhs")):
-            w = producer.operands[i]
-            if w not in weight_values:
-                continue
-            shape = ir.tensor_type(w.type)[0]
-            contracting = set(_dims(text, f"{key}_contracting_dimensions"))
-            used = contracting | set(_dims(text, f"{key}_batching_dimensions"))
-            features |= {shape[d] for d in range(len(shape)) if d not in used}
-            for _ in range(8):
-                sh = shard.get(w)
-                if sh is not None:
-                    axes |= {a for d in contracting if d < sh.rank for a in sh.dims[d]}
-                owner = w.owner
-                if getattr(owner, "name", "") not in _SAME_DIMS:
-                    break
-                w = owner.operands[0]
-        return features, axes
-    if depth >= 6 or name not in _PASS_THROUGH:
-        return set(), set()
-    if name == "stablehlo.add":  # through a bias add only
-        rest = [o for o in producer.operands if o not in weight_values]
-        if len(rest) != 1:
-            return set(), set()
-        return _projection(rest[0], weight_values, shard, depth + 1)
-    return _projection(producer.operands[0], weight_values, shard, depth + 1)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -78,13 +78,14 @@ def resolve_system(mesh: Mesh, name: str | None):
 
 
 def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding],
-             constraints: dict | None = None) -> str:
+             constraints: dict | None = None, allow: frozenset = frozenset()) -> str:
     """The model's module with ``mesh``, the argument ``shardings`` and the ``constraints``
     written in, and shardy-propagate's guards: the ``-o`` module."""
-    return annotate_many(model, mesh, [(shardings, constraints)])[0]
+    return annotate_many(model, mesh, [(shardings, constraints)], allow)[0]
 
 
-def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict | None]]) -> list[str]:
+def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict | None]],
+                  allow: frozenset = frozenset()) -> list[str]:
     """``annotate`` for several plans of one model, parsing its module once (a full-size
     model's text takes a second to parse; the tt-mlir check annotates five plans)."""
     base = ir.parse(model.text, filename=model.name)
@@ -95,7 +96,7 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
         # results carry their closed, replicated sharding: the boundary rule is part of the
         # plan, so XLA, tt-mlir and --evaluate all see the same output gather
         PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-        insert_guards(module)
+        insert_guards(module, allow=allow)  # the guards of the rules the user did not turn off
         out.append(ir.print_module(module))
     return out
 
@@ -282,7 +283,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
             base_evals[name] = evaluator.run(shardings, keep_ir=False)
     names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
     texts = annotate_many(model, mesh, [(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
-                          + [(ev.shardings, None) for ev in base_evals.values()])
+                          + [(ev.shardings, None) for ev in base_evals.values()], evaluator.allow)
     jobs = [ttc.Job(name, text, n) for name, text in zip(names, texts)]
     if progress:
         stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
@@ -426,7 +427,7 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     if kv:
         plan["kv_layout"] = kv
         plan.setdefault("notes", []).append(kv["reason"])
-    annotated = annotate(model, mesh, final.shardings, constraints)
+    annotated = annotate(model, mesh, final.shardings, constraints, opts.allow)
     return Outcome(plan, annotated, final.text, model)
 
 
@@ -890,4 +891,4 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.setdefault("notes", []).append(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
-    return Outcome(plan, annotate(model, mesh, shardings), final.text, model)
+    return Outcome(plan, annotate(model, mesh, shardings, allow=opts.allow), final.text, model)

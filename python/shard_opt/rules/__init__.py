@@ -1,0 +1,78 @@
+"""Compiler-safety rules: what tt-mlir cannot lower or miscompiles today, one file each.
+
+A rule is one object (``Rule``) that carries every piece of its behaviour:
+
+- ``excludes``: the options it removes from the search, as ``(argument, dim) -> units``
+  (that dim may be split only by factors dividing ``units``; 1: not at all);
+- ``breaks``: whether a propagated module does what it forbids (read from the walk
+  ``shard_opt.analysis.extract_facts`` makes: ``Walk``); a candidate that does is priced
+  infinite unless the user allowed the rule;
+- ``guard_ops`` / ``guard``: the constraint it inserts in front of an op before
+  propagation (``shardy-propagate``'s guards), so the safe form is explicit and priced;
+- ``script_guards``: how that guard is written into the user's tt-xla script.
+
+``--allow ID`` turns a rule off: its exclusions and guards go, and a plan that breaks it
+says so (``plan_breaks`` in the plan JSON's ``safety``). Adding a rule is one file here
+(an instance named ``RULE``), one entry in ``_MODULES`` and a test; its citation is a key
+of ``shard_opt.emit.citations.CITATIONS``. ``shard_opt.safety`` is what the driver calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Walk:
+    """What ``extract_facts`` saw in a propagated module that the rules read: every
+    ``stablehlo.add``, the ops a guard may sit in front of, the collectives by op name,
+    the values computed from weights alone, and each value's sharding."""
+
+    adds: list = field(default_factory=list)
+    moving: list = field(default_factory=list)  # slice / pad / reverse ops
+    collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
+    weight_values: set = field(default_factory=set)
+    shard: dict = field(default_factory=dict)  # Value -> TensorSharding
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    citation: str  # a key of shard_opt.emit.citations.CITATIONS
+    action: str  # "exclude" | "inf" | "guard": how it mainly acts (the report's column)
+    detail: str
+    guard_ops: tuple[str, ...] = ()
+
+    def excludes(self, model, structure) -> dict[tuple[int, int], int]:
+        """(argument, dim) -> units: the splits the search may not offer."""
+        return {}
+
+    def breaks(self, walk: Walk) -> bool:
+        """Whether the propagated module ``walk`` describes does what the rule forbids."""
+        return False
+
+    def guard(self, op) -> str | None:
+        """The ``#sdy.sharding`` text to constrain operand 0 of ``op`` (one of
+        ``guard_ops``) to before propagation, or None."""
+        return None
+
+    def script_guards(self, module, model) -> list[dict]:
+        """The guards of a propagated ``module`` as the user's script must write them:
+        ``[{"rule", "module", "sharding", "why"}]`` (a forward hook on the torch module
+        whose output the guard constrains)."""
+        return []
+
+
+_MODULES = ("residual_stream", "vocab_gather", "heads", "conv_spatial", "collective_permute", "fused_split",
+            "reshape_constraint")
+RULES: tuple[Rule, ...] = tuple(importlib.import_module(f"{__name__}.{m}").RULE for m in _MODULES)
+BY_ID = {r.id: r for r in RULES}
+DETECTORS = tuple(r for r in RULES if type(r).breaks is not Rule.breaks)
+GUARDS = tuple(r for r in RULES if r.guard_ops)
+
+
+def violations(walk: Walk) -> list[str]:
+    """The ids of the rules the module ``walk`` describes breaks, in ``RULES`` order."""
+    return [r.id for r in DETECTORS if r.breaks(walk)]
