@@ -10,12 +10,14 @@ import os
 
 import pytest
 
+from shard_opt.emit import verify_ir as vir
 from shard_opt.ttmlir import check as ttc
 from shard_opt.ttmlir import sysdesc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLP = os.path.join(ROOT, "examples", "mlp.mlir")
 GQA = os.path.join(ROOT, "tests", "fixtures", "scripts", "gqa_llama.py")
+FIXTURES = os.path.join(ROOT, "tests", "fixtures", "ttir")
 
 USABLE, WHY = ttc.status()
 needs_plugin = pytest.mark.skipif(not USABLE, reason=f"tt-mlir check unavailable: {WHY}")
@@ -75,6 +77,9 @@ def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, ki
     assert chk["stages"]["ttnn"] == chk["stages"]["ttir"]
     assert chk["ttnn_ops_per_step"] > chk["priced_device_ops"]  # layout ops the compute model has no op for
     assert chk["checked_us"] >= plan["cost"]["total_us"]
+    # XLA partitioned the same module: the partial sum it reduces, tt-mlir reduces too
+    assert chk["xla"]["compiled"] and chk["xla"]["reductions"] >= 1
+    assert chk["xla"]["missing_reductions"] == [] and chk["likely_miscompile"] is False
     assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
     assert "shard-opt: tt-mlir: plan compiled" in err
     ratio = plan["baselines"]["megatron"]["checked_us"] / plan["cost"]["checked_us"]
@@ -91,6 +96,7 @@ def test_gqa_llama_prefill_2x4_compiles_to_the_priced_collectives(run_cli, tmp_p
     assert chk["compiled"], chk["error"]
     assert chk["matches"], chk["differences"]
     assert chk["stages"]["ttir"] == _priced(plan)
+    assert chk["xla"]["compiled"] and chk["likely_miscompile"] is False
 
 
 def test_a_missing_plugin_is_one_line_and_the_run_goes_on(run_cli, tmp_path, monkeypatch):
@@ -116,3 +122,22 @@ def test_ttnn_point_to_point_chains_are_counted_against_ttir_all_to_all():
     assert ttc.ttnn_vs_ttir(summary, [2, 4]) == []  # 2*1*4 on batch + 4*3*2 on model; 2 gathers hoisted
     summary["stages"]["ttnn"]["point_to_point"] = 30
     assert ttc.ttnn_vs_ttir(summary, [2, 4])
+
+
+def test_a_reduction_xla_makes_and_tt_mlir_leaves_out_is_a_likely_miscompile():
+    """The comparator on tt-mlir's real TTIR for a 2-layer Llama on 2x4 and the same dump
+    with one all_reduce taken out: the reference reductions are the full dump's, one per
+    operand of a combined instruction as XLA's optimized HLO has them."""
+    full = open(os.path.join(FIXTURES, "llama_2layer_ttir_match.mlir")).read()
+    cut = open(os.path.join(FIXTURES, "llama_2layer_ttir_missing_all_reduce.mlir")).read()
+    ops, _, _ = vir.parse_dump(full, [2, 4])
+    shapes = [("bf16", list(o.in_shape)) for o in ops if o.kind in ("all_reduce", "reduce_scatter")]
+    xla = [{"kind": "all_reduce", "operand_shapes": shapes[:2]}] + [
+        {"kind": "all_reduce", "operand_shapes": [s]} for s in shapes[2:]]
+    assert len(ttc.xla_reductions(xla)) == len(shapes) == 4
+    assert ttc.missing_reductions(full, [2, 4], xla) == []
+    (missing,) = ttc.missing_reductions(cut, [2, 4], xla)
+    assert "all-reduce" in missing and "never reduces" in missing
+    # a reduce_scatter of the same partial sum counts (tt-mlir's all_reduce + all_slice fold)
+    as_rs = full.replace('"ttir.all_reduce"', '"ttir.reduce_scatter"', 1)
+    assert ttc.missing_reductions(as_rs, [2, 4], xla) == []

@@ -215,9 +215,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _prepare_xla(ns) -> None:
-    """``--verify-numerics`` needs as many virtual CPU devices as the largest mesh; XLA reads
-    the flag once, when jax starts, so it is set before anything imports jax's backend."""
-    if not ns.verify_numerics:
+    """``--verify-numerics`` and the tt-mlir check (XLA's partitioning is its reference for
+    reductions) need as many virtual CPU devices as the largest mesh; XLA reads the flag
+    once, when jax starts, so it is set before anything imports jax's backend."""
+    if not (ns.verify_numerics or _check_wanted(ns)):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # no C++ info lines on stderr
     want = max([32 if ns.devices == 32 else (ns.devices or 1)] +

@@ -11,13 +11,14 @@ import dataclasses
 import math
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
 from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, make_groups, site_groups
-from shard_opt.errors import UserError
+from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, shardings_by_role, shardings_for,
 )
@@ -289,42 +290,68 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
                      f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
     with timing.phase("check.compile"):
+        # XLA partitions the same modules meanwhile (the parent is idle while tt-mlir's children
+        # compile): the reductions it makes are what tt-mlir's must include
+        xla: list = [None] * len(texts)
+        xla_thread = threading.Thread(target=_xla_collectives_all, args=(texts, n, xla), daemon=True)
+        xla_thread.start()
         compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
+        xla_thread.join()
     with timing.phase("check.read"):
         checks = [ttc.summarize(checkable(model, mesh, fe), c, system, priced_ops=len(fe.facts.ops),
-                                cost_model=cm) for (a, fe), c in zip(finalists, compiled)]
+                                cost_model=cm, xla=x) for (a, fe), c, x in zip(finalists, compiled, xla)]
     rows = []
     for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
         rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),
                      "compiled": chk["compiled"], "matches": chk["matches"], "error": chk["error"],
                      "ttnn": chk["stages"].get("ttnn", {}),
                      "arguments_changed": _changed(model, final.shardings, fe.shardings)})
-    usable = [k for k, chk in enumerate(checks) if chk["compiled"]]
+    usable = [k for k, chk in enumerate(checks) if chk["compiled"] and not chk.get("likely_miscompile")]
     best = min(usable, key=lambda k: (checks[k]["checked_us"], k)) if usable else 0
     note = None
     if best != 0:
         if not checks[0]["compiled"]:
             why0 = f"tt-mlir does not compile it ({checks[0]['error']})"
+        elif checks[0].get("likely_miscompile"):
+            why0 = ("it is a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings "
+                    f"({checks[0]['xla']['missing_reductions'][0]})")
         else:
             why0 = (f"what tt-mlir emits for it is priced {checks[0]['checked_us']:.1f} us, finalist {best + 1}'s "
                     f"{checks[best]['checked_us']:.1f} us")
         note = (f"tt-mlir check: the search's best plan ({finalists[0][1].score.total_us:.1f} us modeled) is not "
                 f"recommended: {why0}; finalist {best + 1} ({finalists[best][1].score.total_us:.1f} us modeled) is")
         stream.write(f"shard-opt: WARNING: {note}\n")
+    elif not usable and checks[0].get("likely_miscompile"):
+        note = ("tt-mlir check: every finalist is a likely miscompile (tt-mlir leaves out a reduction XLA makes: "
+                f"{checks[0]['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
+        stream.write(f"shard-opt: WARNING: {note}\n")
     elif not usable:
         note = f"tt-mlir check: no finalist compiled; the plan is shown as found, unchecked: {checks[0]['error']}"
         stream.write(f"shard-opt: WARNING: {note}\n")
     base_checks = {}
-    for name, c in zip(base_evals, compiled[len(finalists):]):
+    for name, c, x in zip(base_evals, compiled[len(finalists):], xla[len(finalists):]):
         chk = ttc.summarize(checkable(model, mesh, base_evals[name]), c, system,
-                            priced_ops=len(base_evals[name].facts.ops), cost_model=cm)
+                            priced_ops=len(base_evals[name].facts.ops), cost_model=cm, xla=x)
         base_checks[name] = {k: chk.get(k) for k in ("compiled", "error", "matches", "checked_us", "extra_ccl_us",
-                                                      "missing_ccl_us", "extra_ops_us", "ttnn_ops_per_step")}
+                                                      "missing_ccl_us", "extra_ops_us", "ttnn_ops_per_step",
+                                                      "likely_miscompile")}
         base_checks[name]["ttnn"] = chk["stages"].get("ttnn", {})
         base_checks[name]["differences"] = chk["differences"]
     a, fe = finalists[best]
     checks[best]["check_seconds"] = round(time.perf_counter() - t0, 3)  # the whole check: compiles, reading
     return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
+
+
+def _xla_collectives_all(texts: list[str], n: int, out: list) -> None:
+    """``out[k]``: XLA's collectives for ``texts[k]`` partitioned over ``n`` CPU devices, or the
+    error XLA gave (in words): the tt-mlir check's reference for reductions."""
+    from shard_opt import verify
+
+    for k, text in enumerate(texts):
+        try:
+            out[k] = verify.xla_collectives(text, n)
+        except (UserError, PassError) as e:
+            out[k] = str(e)
 
 
 def _finalists(model, groups, assignment, final, result, evaluator) -> list[tuple]:
@@ -891,4 +918,47 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.setdefault("notes", []).append(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
-    return Outcome(plan, annotate(model, mesh, shardings, allow=opts.allow), final.text, model)
+    annotated = annotate(model, mesh, shardings, allow=opts.allow)
+    if opts.check:
+        with timing.phase("check"):
+            check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
+    return Outcome(plan, annotated, final.text, model)
+
+
+def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, *, stream=None,
+                    progress: bool = True) -> None:
+    """The tt-mlir check of an evaluated plan (``--evaluate``): its module alone, compiled by
+    tt-mlir and partitioned by XLA, into ``plan["checks"]["tt_mlir"]`` (nothing to choose
+    between, so nothing is recommended instead; a likely miscompile is said loudly)."""
+    from shard_opt.plan import checkable
+    from shard_opt.ttmlir import check as ttc
+
+    stream = stream or sys.stderr
+    t0 = time.perf_counter()
+    ok, why = ttc.status()
+    if not ok:
+        stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
+        plan.setdefault("checks", {})["tt_mlir"] = {
+            "compiled": False, "skipped": True, "error": why, "matches": False, "stages": {},
+            "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
+        return
+    n = math.prod(mesh.shape)
+    if progress:
+        stream.write("shard-opt: tt-mlir: compiling the evaluated plan (--no-check skips this)\n")
+    xla: list = [None]
+    xla_thread = threading.Thread(target=_xla_collectives_all, args=([annotated], n, xla), daemon=True)
+    xla_thread.start()
+    (compiled,) = ttc.compile_all([ttc.Job("evaluated", annotated, n)], system, tuple(mesh.shape))
+    xla_thread.join()
+    chk = ttc.summarize(checkable(model, mesh, final), compiled, system, priced_ops=len(final.facts.ops),
+                        cost_model=cm, xla=xla[0])
+    chk["check_seconds"] = round(time.perf_counter() - t0, 3)
+    plan.setdefault("checks", {})["tt_mlir"] = chk
+    if "checked_us" in chk:
+        plan["cost"]["checked_us"] = chk["checked_us"]
+    if chk.get("likely_miscompile"):
+        plan.setdefault("notes", []).append(
+            "tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings ("
+            f"{chk['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
+    if progress:
+        stream.write(ttc.line(chk) + "\n")

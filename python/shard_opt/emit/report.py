@@ -1107,11 +1107,21 @@ def section_tt_mlir(plan: dict) -> list[str]:
                    f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
                    f"kernel plus the op-to-op gap), collectives moved to load time "
                    f"{_signed_us(-(chk.get('load_ccl_us') or 0))}.")
+    x = chk.get("xla")
+    if x and x.get("compiled"):
+        missing = x.get("missing_reductions") or []
+        out.append(f"- XLA's SPMD partitioner, given the same shardings, makes {x.get('reductions', 0)} reduction(s); "
+                   + (f"**tt-mlir leaves out {len(missing)} of them: a likely miscompile** (a partial sum read as if "
+                      f"whole), so this plan is not recommended." if missing else
+                      "tt-mlir's TTIR reduces every one of those partial sums."))
+    elif x:
+        out.append(f"- Not compared with XLA's partitioning: {_md(x.get('error') or '')}.")
     for d in chk.get("differences") or []:
         out.append(f"- Difference: {_md(d)}")
     rows = chk.get("finalists") or []
     if rows:
-        out += ["", "Finalists compiled (the recommendation is the lowest checked cost tt-mlir compiles):", "",
+        out += ["", "Finalists compiled (the recommendation is the lowest checked cost tt-mlir compiles without "
+                "leaving out a reduction XLA makes):", "",
                 "| rank | modeled | checked | compiled | matches | TTNN collectives per step |", "|---|---|---|---|---|---|"]
         for r in rows:
             ccl = ", ".join(f"{k} x{n}" for k, n in (r.get("ttnn") or {}).items()) or "none"
@@ -1120,7 +1130,9 @@ def section_tt_mlir(plan: dict) -> list[str]:
     for name, b in (plan.get("baselines") or {}).items():
         t = b.get("tt_mlir")
         if t:
-            state = ("compiles, matches its priced collectives" if t.get("matches") else
+            state = ("compiles, but is a likely miscompile (tt-mlir leaves out a reduction XLA makes)"
+                     if t.get("likely_miscompile") else
+                     "compiles, matches its priced collectives" if t.get("matches") else
                      "compiles, differs from its priced collectives" if t.get("compiled") else
                      f"does not compile ({_md(t.get('error') or '')})")
             out.append(f"- Baseline `{name}`: {state}; checked {_plan.fmt_us(t.get('checked_us'))}.")

@@ -26,6 +26,7 @@ result says ``compiled: false`` with the error, and the run goes on.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -316,8 +317,10 @@ def ttnn_op_counts(text: str) -> dict[str, dict[str, int]]:
 
 
 def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = None,
-              cost_model=None) -> dict:
-    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result``."""
+              cost_model=None, xla: list[dict] | str | None = None) -> dict:
+    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result``; with ``xla``
+    (``verify.xla_collectives`` of the same module, or the error XLA gave), whether tt-mlir
+    keeps every reduction XLA makes (``likely_miscompile``: see ``missing_reductions``)."""
     out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
            **({"ir_dir": result.ir_dir} if result.ir_dir else {}),
            "collectives_at_load": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
@@ -355,6 +358,16 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
     out["differences"] += differences(verdicts) + ttnn_diffs
     if ttir is not None:
         out.update(checked_cost(plan, ttir, out, system, cost_model, ttnn=verdicts.get("ttnn")))
+    if isinstance(xla, str):
+        out["xla"] = {"compiled": False, "error": xla}
+    elif xla is not None and "ttir" in result.irs:
+        missing = missing_reductions(result.irs["ttir"], shape, xla)
+        out["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing}
+        out["likely_miscompile"] = bool(missing)
+        if missing:
+            out["matches"] = False
+            out["differences"].append(f"likely miscompile: {len(missing)} reduction(s) XLA makes for the same "
+                                      f"shardings are not in tt-mlir's TTIR ({missing[0]})")
     return out
 
 
@@ -398,6 +411,46 @@ def _sum_of(total: int, count: int, parts: list[int]) -> bool:
     if count == 0:
         return total == 0
     return any(p <= total and _sum_of(total - p, count - 1, parts) for p in parts)
+
+
+def xla_reductions(xla: list[dict]) -> list[tuple[str, int]]:
+    """(kind, per-device elements reduced) of every reduction in XLA's partitioned module
+    (``verify.xla_collectives``): one per operand, as XLA's combiner packs several
+    all-reduces into one tuple instruction."""
+    out = []
+    for c in xla:
+        if c["kind"] in ("all_reduce", "reduce_scatter"):
+            for shape in c.get("operand_shapes") or []:
+                out.append((c["kind"], math.prod(shape[1]) if shape and isinstance(shape[1], (list, tuple))
+                            else int(shape)))
+    return out
+
+
+def missing_reductions(ttir_text: str, mesh_shape, xla: list[dict]) -> list[str]:
+    """The reductions XLA's SPMD partitioner inserts for the same shardings that tt-mlir's
+    TTIR has no counterpart for, in words (empty: every one is there).
+
+    A partial sum must be reduced before it is read whole; XLA and tt-mlir may reduce it
+    differently (an all_reduce, or a reduce_scatter that leaves it split: tt-mlir's
+    ShardyCCLCanonicalization, PR 6843), but each reduces the same per-device tensor, so
+    reductions pair by their operand's per-device element count (a reduction over two mesh
+    axes is one TTIR op per axis, each of the same tensor). A reduction XLA makes and
+    tt-mlir does not is a partial sum read as if whole: the result is wrong (how the
+    residual-stream failure shows, issue #22). Reductions at load time (const-eval) count
+    as tt-mlir's too."""
+    ops, _, _ = vir.parse_dump(ttir_text, list(mesh_shape))
+    have: dict[int, int] = {}
+    for o in ops:
+        if o.kind in ("all_reduce", "reduce_scatter"):
+            e = math.prod(o.in_shape) if o.in_shape else 0
+            have[e] = have.get(e, 0) + 1
+    out = []
+    for kind, e in xla_reductions(xla):
+        if have.get(e, 0) > 0:
+            have[e] -= 1
+        else:
+            out.append(f"XLA {kind.replace('_', '-')}s a {e}-element partial sum tt-mlir never reduces")
+    return out
 
 
 def differences(verdicts: dict) -> list[str]:
@@ -466,7 +519,8 @@ def line(check: dict, name: str = "plan") -> str:
         return f"shard-opt: tt-mlir: {name} did NOT compile: {check['error']}"
     st = check["stages"]
     ttnn = ", ".join(f"{k} x{n}" for k, n in st.get("ttnn", {}).items()) or "no CCL"
-    verdict = "matches the priced collectives" if check["matches"] else \
+    verdict = "LIKELY MISCOMPILE (leaves out a reduction XLA makes)" if check.get("likely_miscompile") else \
+        "matches the priced collectives" if check["matches"] else \
         f"DIFFERS from the plan ({len(check['differences'])} differences, see the report)"
     extra = f"; checked {check['checked_us']} us" if "checked_us" in check else ""
     took = f"{check['seconds']:.1f} s" + (f", the check {check['check_seconds']:.1f} s" if "check_seconds" in check else "")
