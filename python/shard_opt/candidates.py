@@ -175,12 +175,14 @@ def one_axis_splits(shape, dims, axes, meshes: list[Mesh]) -> list[TensorShardin
 def make_groups(
     arguments: list[Argument], meshes: list[Mesh], parallelism: set[str], *, rich: bool = True,
     conv_weights: set[int] = frozenset(), limit: dict | None = None, removed: dict | None = None,
+    removed_options: dict | None = None,
 ) -> list[Group]:
     """Group arguments by role and shape; each group gets its options.
 
     ``limit`` (``safety.limits``) drops the options a compiler-safety rule excludes (a
     split of an embedding's vocabulary, of part of an attention head); ``removed``
-    counts them per rule. Groups with a single option (nothing may be split) are
+    counts them per rule, and ``removed_options`` lists them per rule as (role, option)
+    (the report prices them: what the rule cost). Groups with a single option (nothing may be split) are
     dropped from the search: they stay replicated.
     """
     by_key: dict[tuple, list[Argument]] = {}
@@ -198,6 +200,8 @@ def make_groups(
                     for rule in broken:
                         if removed is not None:
                             removed[rule] = removed.get(rule, 0) + 1
+                        if removed_options is not None:
+                            removed_options.setdefault(rule, []).append((role, o))
                 else:
                     kept.append(o)
             opts = kept

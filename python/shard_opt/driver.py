@@ -139,12 +139,12 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
             baselines["loader-spec"] = _loader_baseline(model, scorer, user)
-    limit, removed = safety.limits(model, structure, opts.allow), {}
+    limit, removed, removed_options = safety.limits(model, structure, opts.allow), {}, {}
     mega, adjusted = _within_limits(model, mega, limit, meshes)
     if adjusted and "megatron" in baselines:
         baselines["megatron"] = _megatron_within_limits(baselines["megatron"], model, meshes, scorer, mega, adjusted)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
-                         limit=limit, removed=removed)
+                         limit=limit, removed=removed, removed_options=removed_options)
     seeds = [assignment_of(groups, mega)]
     if autoshard is not None:
         seeds.append(assignment_of(groups, autoshard))
@@ -212,7 +212,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
         outcome = _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
-                           seconds, fallback, baselines, user, mega, limit, removed, final)
+                           seconds, fallback, baselines, user, mega, limit, removed, final, removed_options)
     if checked is not None:
         checked.attach(outcome.plan)
         if opts.progress:
@@ -405,7 +405,7 @@ def _note_refusal(plan: dict, model: LoweredModel, mesh: Mesh) -> None:
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,
-             fallback, baselines, user, mega, limit, removed, final) -> Outcome:
+             fallback, baselines, user, mega, limit, removed, final, removed_options=None) -> Outcome:
     """The plan JSON around the winner: what each group weighed, the baselines, the
     per-layer bill, the safety table, robustness, and the annotated module."""
     group_info = _group_info(groups, assignment, result)
@@ -443,8 +443,10 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     for s in result.scored.values():
         for rule in s.unsafe:
             inf[rule] = inf.get(rule, 0) + 1
+    with timing.phase("analysis.rule-costs"):
+        costs = rule_costs(groups, assignment, scorer, score, removed_options or {}, result.scored)
     plan["safety"] = safety.report(removed, opts.allow, inf, safety.broken_by(
-        model, final.shardings, limit, meshes, final.facts.violations))
+        model, final.shardings, limit, meshes, final.facts.violations), costs)
     plan["robustness"] = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
     constraints = constraints_for(groups, assignment)
     if constraints:
@@ -456,6 +458,42 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
         plan.setdefault("notes", []).append(kv["reason"])
     annotated = annotate(model, mesh, final.shardings, constraints, opts.allow)
     return Outcome(plan, annotated, final.text, model)
+
+
+RULE_COST_TRIES = 32  # removed options priced per rule, at most (in the groups' order)
+
+
+def rule_costs(groups, assignment, scorer, score, removed_options: dict, scored: dict) -> dict[str, dict]:
+    """What each safety rule cost the plan, for the rules that kept it from something the
+    model prefers: rule -> {"plan_us", "preferred_us", "arguments": {role: sharding}}.
+
+    An ``exclude`` rule's removed options were never offered: each is priced in place of
+    its group's choice in the plan (one at a time, the rest of the plan unchanged; the
+    rule's own check is the only one waived, as its times are kept for an unsafe score).
+    An ``inf`` rule's candidates were scored and set aside: the fastest of them."""
+    by_role = {g.role: g.options[o] for g, o in zip(groups, assignment) if g.by != "site"}
+    constraints = constraints_for(groups, assignment)
+    out: dict[str, dict] = {}
+
+    def keep(rule, total, changed):
+        if math.isfinite(total) and total < score.total_us - 1e-6 and (
+                rule not in out or total < out[rule]["preferred_us"]):
+            out[rule] = {"plan_us": round(score.total_us, 3), "preferred_us": round(total, 3),
+                         "arguments": {r: sh.axis_names() for r, sh in changed.items()}}
+
+    for rule, options in removed_options.items():
+        seen = set()
+        for role, option in options:
+            if (role, option) in seen or len(seen) >= RULE_COST_TRIES:
+                continue
+            seen.add((role, option))
+            keep(rule, scorer.score_by_role({**by_role, role: option}, constraints).total_us, {role: option})
+    for a, s in scored.items():
+        for rule in s.unsafe:
+            if len(a) == len(groups):
+                keep(rule, s.total_us, {g.role: g.options[o] for g, o, p in zip(groups, a, assignment)
+                                        if o != p and g.by != "site"})
+    return out
 
 
 def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> None:

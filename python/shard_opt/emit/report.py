@@ -945,6 +945,17 @@ ACTIONS = {"exclude": "excluded from the search", "excluded": "excluded from the
            "guard": "priced in their safe form", "guarded": "priced in their safe form"}
 
 
+def _rule_cost(cost: dict | None) -> str:
+    """What a rule cost the plan, in words (``safety[].cost``), or nothing."""
+    if not cost:
+        return ""
+    what = ", ".join(f"`{_md(role)}` split {_plan.spec_text(sh)}" for role, sh in cost["arguments"].items())
+    saved = cost["plan_us"] - cost["preferred_us"]
+    return (f" **It cost this plan {_plan.fmt_us(saved)}** ({saved / cost['plan_us']:.1%}): with "
+            f"{what or 'the option it removed'} the model prices {_plan.fmt_us(cost['preferred_us'])} against "
+            f"{_plan.fmt_us(cost['plan_us'])}; that plan is not offered because of the reason above.")
+
+
 def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
     """The safety rules that removed candidates, and, loudly, those the user turned off."""
     rules = plan.get("safety")
@@ -975,7 +986,8 @@ def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
                        f"this plan may not compile, or may compute the wrong result.{detail}")
         elif removed:
             out.append(f"- {title}{src(title)}: {removed} candidate{'s' if removed != 1 else ''} "
-                       f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))}.{detail}")
+                       f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))}.{detail}"
+                       + _rule_cost(r.get("cost")))
         else:
             quiet.append(title)
     if quiet:
