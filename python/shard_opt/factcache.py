@@ -15,7 +15,7 @@ seconds one evaluation took (``shard_opt.parallel`` reads it to decide whether w
 processes pay when every candidate it would time comes from here; the search's plan
 never depends on it). The key hashes everything the facts depend on:
 the prepared module text and the settings above, jaxlib's version and the source of
-every module of the core and of the passes; so a change to the analysis or the passes
+every module of the core, of the passes and of the safety rules; so a change to the analysis or the passes
 never serves stale facts. The least recently used files are evicted with the lowering
 entries, under the same size limit; the cache line's entry count is the lowering
 entries'. Only zoo models use it (a load script or a ``.mlir`` file is never cached, see
@@ -50,9 +50,10 @@ def directory() -> str | None:
 def _code_digest() -> str:
     import shard_opt
     import shard_opt.passes
+    import shard_opt.rules
 
     h = hashlib.sha256()
-    for pkg in (shard_opt, shard_opt.passes):
+    for pkg in (shard_opt, shard_opt.passes, shard_opt.rules):  # the rules decide ModuleFacts.violations
         here = os.path.dirname(os.path.abspath(pkg.__file__))
         for name in sorted(os.listdir(here)):
             if name.endswith(".py"):

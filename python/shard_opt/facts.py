@@ -116,8 +116,8 @@ class ModuleFacts:
       arg_local_elements: per argument, element count on one device.
       peak_activation_bytes: a simple upper bound on live activations on one device
         (the largest sum of one op's operands and results).
-      violations: the compiler-safety rules (``shard_opt.safety``) the module breaks, one
-        entry per offending op (``residual-stream``, ``collective-permute``).
+      violations: the ids of the compiler-safety rules (``shard_opt.rules``) the module
+        breaks, each once (``residual-stream``, ``collective-permute``, ...).
     """
 
     mesh_shape: tuple[int, ...]
