@@ -494,6 +494,4 @@ def _lower_zoo(entry: ZooEntry, where: str, *, name: str, layers: int | None, ba
     prog.meta.update({"zoo": name, "hf_id": entry.source, "phase": phase, "batch": batch, "seq_len": seq_len})
     if share is not None:
         prog.meta["whole_per_two_blocks"] = share
-    if name == "mixtral-8x7b":
-        prog.meta["moe_flops_factor"] = MIXTRAL_8X7B["num_local_experts"] / MIXTRAL_8X7B["num_experts_per_tok"]
     return lower_program(prog, name=name, dtype=dtype, where=where, source="zoo", describe=describe)

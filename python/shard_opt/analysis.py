@@ -25,6 +25,7 @@ What an op costs is what it reads and writes on one device (DESIGN.md "Principle
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -243,6 +244,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     group_of: dict = {}  # Value -> the group that computed it
     owner_of: dict = {}  # Operation -> (its fused group, or the parameter it reads): whom it belongs to
     pending = []  # (collective fields, op): made Collectives once the ops that read them are known
+    routers = []  # sort / top_k ops: a mixture of experts' router is among them
+    op_weight = []  # per facts.ops entry of the walk: the parameter it reads, or None
     walk = rules.Walk()  # what the safety rules read (shard_opt.rules)
     adds, moving = walk.adds, walk.moving  # the residual connections are among the adds
     tracked_sets = (weight_values, cache_values, free_values)
@@ -268,6 +271,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             adds.append(op)
         elif name in MOVING_OPS:
             moving.append(op)
+        elif name in _ROUTERS:
+            routers.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
@@ -364,6 +369,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                     break
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
                                 _kind(op, name), fidelity))
+        op_weight.append(weight)
         peak = bytes_in - wbytes + bytes_out
         if peak > facts.peak_activation_bytes:
             facts.peak_activation_bytes = peak
@@ -372,6 +378,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     # after the walk, when every value's sharding and weight-ness is known
     walk.weight_values, walk.shard = weight_values, shard
     facts.violations = rules.violations(walk)
+    if routers:
+        _route_experts(facts, routers, op_weight, args, local_of)
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
         bytes_out = sum(g.exits.values())
@@ -381,6 +389,72 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     if groups:
         facts.ops.sort(key=lambda o: o.op_index)
     return (facts, collective_ops) if return_ops else facts
+
+
+_ROUTERS = ("stablehlo.sort", "chlo.top_k")
+
+
+def router_of(op, local_of) -> tuple[int, int, int] | None:
+    """(experts E, chosen k, tokens on one device) if ``op`` is a mixture of experts' router:
+    a ``chlo.top_k`` of k over a last dim of E, or a ``stablehlo.sort`` along a dim of E
+    whose every result is read only by slices keeping its first k < E (``torch.topk`` as
+    torch-mlir lowers it), through sharding constraints."""
+    if not op.operands:
+        return None
+    shape, _ = local_of(op.operands[0])
+    if not shape:
+        return None
+    if op.name == "chlo.top_k":
+        e, k = shape[-1], int(op.attributes["k"].value)
+        return (e, k, math.prod(shape) // e) if 0 < k < e else None
+    d = int(op.attributes["dimension"].value)
+    if d >= len(shape):
+        return None
+    e, ks = shape[d], set()
+    for r in op.results:
+        for use in r.uses:
+            reader = use.owner
+            while reader.name == "sdy.sharding_constraint":
+                users = [u.owner for u in reader.results[0].uses]
+                if len(users) != 1:
+                    return None
+                reader = users[0]
+            if reader.name != "stablehlo.slice":
+                return None
+            start, limit = list(reader.attributes["start_indices"]), list(reader.attributes["limit_indices"])
+            if start[d] != 0 or not 0 < limit[d] < e:
+                return None
+            ks.add(limit[d])
+    if len(ks) != 1:
+        return None
+    return e, ks.pop(), math.prod(shape) // e
+
+
+def _route_experts(facts: ModuleFacts, routers: list, op_weight: list, args, local_of) -> None:
+    """Price a mixture of experts as routed, not dense: the ops that read a parameter
+    stacked on the router's E experts (a parameter of rank 3 or more whose leading dim is
+    E) do k/E of their FLOPs, and read the weights of the experts some token chose: on
+    average 1 - (1 - k/E)^T of them for T tokens a device routes (uniform routing; all of
+    them in a long prefill, k of E for one decoded token). The frontends lower experts
+    densely (``frontends/rewrites.py``: every expert on every token, weighted 0 where not
+    chosen) so the expert dim stays shardable; this restores the work top-k routing does."""
+    found = [r for r in (router_of(op, local_of) for op in routers) if r is not None]
+    if not found:
+        return
+    e, k, tokens = found[0]
+    experts = {a.arg_number for a in args if facts.arg_kinds[a.arg_number] == "param"
+               and len(ir.tensor_type(a.type)[0]) >= 3 and ir.tensor_type(a.type)[0][0] == e}
+    if not experts:
+        return
+    share = k / e
+    touched = 1.0 - (1.0 - share) ** max(tokens, 1)
+    for i, w in enumerate(op_weight):
+        if w in experts:
+            o = facts.ops[i]
+            wb = int(round(o.weight_bytes * touched))
+            facts.ops[i] = dataclasses.replace(o, flops=o.flops * share, bytes_in=o.bytes_in - o.weight_bytes + wb,
+                                               weight_bytes=wb)
+    facts.routed_experts = {"experts": e, "top_k": k, "tokens": tokens, "weights_read": round(touched, 4)}
 
 
 # ops whose regions hold the function they apply (a reduce's add), not code of their own

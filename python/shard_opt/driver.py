@@ -452,6 +452,14 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
                                for site, s in constraints.items()]
+    routed = final.facts.routed_experts
+    if routed:
+        plan["routed_experts"] = routed
+        plan.setdefault("notes", []).append(
+            f"experts priced as routed: the router picks {routed['top_k']} of {routed['experts']} experts per token "
+            f"(found in the graph), so the expert matmuls do {routed['top_k']}/{routed['experts']} of the dense "
+            f"work and read {routed['weights_read']:.0%} of the experts' weights for {routed['tokens']} token(s) "
+            f"per device (uniform routing)")
     kv = kv_layout(model, mesh, final.shardings)
     if kv:
         plan["kv_layout"] = kv

@@ -118,6 +118,8 @@ class ModuleFacts:
         (the largest sum of one op's operands and results).
       violations: the ids of the compiler-safety rules (``shard_opt.rules``) the module
         breaks, each once (``residual-stream``, ``collective-permute``, ...).
+      routed_experts: for a mixture of experts, its router's E, k and tokens per device
+        and the share of expert weights read: their ops are priced as routed.
     """
 
     mesh_shape: tuple[int, ...]
@@ -130,6 +132,7 @@ class ModuleFacts:
     arg_local_elements: list[int] = field(default_factory=list)
     peak_activation_bytes: int = 0
     violations: list[str] = field(default_factory=list)
+    routed_experts: dict | None = None  # a mixture of experts priced as routed (analysis._route_experts)
 
     @property
     def param_bytes_per_device(self) -> int:
