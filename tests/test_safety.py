@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import pytest
 
@@ -169,3 +170,59 @@ def test_a_hidden_split_embedding_shards_the_residual_stream(run_cli, tmp_path):
                            "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
     assert code == 0, err
     assert not {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}["residual-stream"]
+
+
+TIED = os.path.join(FIXTURES, "tied_llama.py")
+
+
+def _tied_plan(run_cli, tmp_path, *extra):
+    plan_path, report = tmp_path / "plan.json", tmp_path / "report.md"
+    code, _, err = run_cli(TIED, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--plan-json", plan_path,
+                           "--report", report, "-o", tmp_path / "out.mlir", "--quiet", *extra)
+    assert code == 0, err
+    return json.loads(plan_path.read_text()), report.read_text()
+
+
+def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
+    # the tied embedding is the LM head too: AutoShardingPass's heuristic splits it on its
+    # vocabulary (the gather's indexed dim, vocab-gather). Priced as written it would be a
+    # plan the search may not make; the baseline is priced with that split replicated, its
+    # figure as written and the rule beside it
+    plan, report = _tied_plan(run_cli, tmp_path)
+    auto = plan["baselines"]["autoshard-heuristic"]
+    assert auto["breaks"] == ["vocab-gather"]
+    assert auto["adjusted"] == [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather",
+                                 "was": [["model"], []]}]
+    assert "model.embed_tokens.weight" not in auto["arguments"]  # what the figure prices: the split left out
+    assert auto["as_written"]["total_us"] != auto["total_us"]
+    assert {"ccl_count", "fits", "compute_us", "ccl_us"} <= set(auto["as_written"])
+    assert auto["candidates_evaluated"] > 0
+    # the same treatment as Megatron's; the replicated baseline breaks nothing
+    assert plan["baselines"]["megatron"]["breaks"] == ["vocab-gather"]
+    assert "breaks" not in plan["baselines"]["replicated"] and "as_written" not in plan["baselines"]["replicated"]
+    assert any(n.startswith("the autoshard-heuristic baseline keeps model.embed_tokens.weight") for n in plan["notes"])
+    # --allow vocab-gather: the split is allowed, the baseline is its plan as written
+    free, report = _tied_plan(run_cli, tmp_path, "--allow", "vocab-gather")
+    auto_free = free["baselines"]["autoshard-heuristic"]
+    assert "breaks" not in auto_free and "as_written" not in auto_free
+    assert auto_free["total_us"] == auto["as_written"]["total_us"]
+    assert auto_free["arguments"]["model.embed_tokens.weight"] == [["model"], []]
+
+
+def test_a_loader_spec_that_breaks_a_rule_is_priced_within_it(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None],
+                                "model.layers.*.mlp.gate_proj.weight": ["model", None]}))
+    plan_path = tmp_path / "plan.json"
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--spec", spec,
+                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    plan = json.loads(plan_path.read_text())
+    base = plan["baselines"]["loader-spec"]
+    assert base["breaks"] == ["vocab-gather"]
+    assert [a["argument"] for a in base["adjusted"]] == ["model.embed_tokens.weight"]
+    # what the figure prices: the vocabulary replicated, the rest of the spec as written
+    assert base["arguments"]["model.embed_tokens.weight"] == [[], []]
+    assert base["arguments"]["model.layers.*.mlp.gate_proj.weight"] == [["model"], []]
+    assert base["as_written"]["total_us"] != base["total_us"]
+    assert base["source"] and base["unmatched"] == []

@@ -783,6 +783,16 @@ def _write_all(files: dict) -> None:
         raise UserError(f"cannot write {current}: {e.strerror}; choose a writable path") from None
 
 
+def _as_written(b: dict, c: dict) -> str:
+    """`` (within the rules; 1.65x as written, breaks vocab-gather)`` for a baseline priced
+    under the compiler-safety rules it breaks as written (the driver's ``_held_to_rules``)."""
+    if not b.get("breaks"):
+        return ""
+    t = (b.get("as_written") or {}).get("total_us")
+    written = f"{t / c['total_us']:.2f}x as written" if t else "unpriceable as written"
+    return f" (within the rules; {written}, breaks {', '.join(b['breaks'])})"
+
+
 def summary_line(plan: dict) -> str:
     c = plan["cost"]
     kinds: dict[str, int] = {}
@@ -793,7 +803,7 @@ def summary_line(plan: dict) -> str:
     line = (f"shard-opt: {plan['model']} on {mesh} ({plan['system']}): {plan['strategy']}; "
             f"{c['total_us']} us modeled, CCLs: {ccls}")
     base = plan.get("baselines") or {}
-    ratios = [f"{k} {b['total_us'] / c['total_us']:.2f}x" for k, b in base.items()
+    ratios = [f"{k} {b['total_us'] / c['total_us']:.2f}x" + _as_written(b, c) for k, b in base.items()
               if b.get("total_us") and c.get("total_us")]
     if ratios:
         line += "; speed-up vs " + ", ".join(ratios)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
 from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
-from shard_opt.candidates import PARALLELISM, make_groups, site_groups
+from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
-    Evaluator, LayeredEvaluator, Score, constraints_for, shardings_by_role, shardings_for,
+    Evaluator, LayeredEvaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
@@ -126,30 +126,29 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     setting = opts.setting()
     scorer = make_scorer(model, mesh, system, cm, **setting)
     structure = structure_of(model)
-    mega = megatron_shardings(model, mesh, structure=structure)
-    baselines, autoshard, user = {}, None, None
+    # the compiler-safety rules the search is held to hold every baseline too (_held_to_rules)
+    limit, removed, removed_options = safety.limits(model, structure, opts.allow), {}, {}
+    mega_written = megatron_shardings(model, mesh, structure=structure)
+    mega, _ = _within_limits(model, mega_written, limit, meshes)
+    baselines, autoshard, user, user_kept = {}, None, None, None
     with timing.phase("baselines"):
         if opts.baselines:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
             # plan: whatever the search finds is at least as fast as both (when representable)
-            baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega)
+            baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega_written, limit)
             baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         user = loader_spec(model, mesh)
         if user is not None:
             _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
-            baselines["loader-spec"] = _loader_baseline(model, scorer, user)
-    limit, removed, removed_options = safety.limits(model, structure, opts.allow), {}, {}
-    mega, adjusted = _within_limits(model, mega, limit, meshes)
-    if adjusted and "megatron" in baselines:
-        baselines["megatron"] = _megatron_within_limits(baselines["megatron"], model, meshes, scorer, mega, adjusted)
+            baselines["loader-spec"], user_kept = _loader_baseline(model, scorer, user, limit, meshes)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
                          limit=limit, removed=removed, removed_options=removed_options)
     seeds = [assignment_of(groups, mega)]
     if autoshard is not None:
         seeds.append(assignment_of(groups, autoshard))
     if user is not None:
-        seeds.append(assignment_of(groups, shardings_by_role(model, user.by_role)))
+        seeds.append(assignment_of(groups, shardings_by_role(model, user_kept)))
     with timing.phase("search"):
         t0 = time.monotonic()
         short = safety.layer_copy(model)  # the sites of a layer are every layer's
@@ -207,7 +206,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     if opts.check:
         with timing.phase("check"):
             checked = tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega,
-                                    user, setting, stream, progress=opts.progress)
+                                    user_kept, setting, stream, progress=opts.progress)
         assignment, final = checked.assignment, checked.final
         score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
@@ -262,7 +261,9 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     ones, each evaluated on the whole model) and the Megatron and loader-spec baselines
     with tt-mlir (``shard_opt.ttmlir.check``), price what tt-mlir emits on top of what
     was priced, and recommend the finalist with the lowest checked cost that tt-mlir
-    compiles (the search's own plan unless another one wins, said loudly)."""
+    compiles (the search's own plan unless another one wins, said loudly). The baselines are
+    compiled as priced, within the compiler-safety rules (``_held_to_rules``): ``mega`` and
+    ``user`` (the loader's spec by role) are the shardings kept within them."""
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
 
@@ -279,7 +280,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     n = math.prod(mesh.shape)
     base_evals = {}
     for name, shardings in (("megatron", mega if "megatron" in baselines else None),
-                            ("loader-spec", shardings_by_role(model, user.by_role) if user is not None else None)):
+                            ("loader-spec", shardings_by_role(model, user) if user is not None else None)):
         if shardings is not None:
             base_evals[name] = evaluator.run(shardings, keep_ir=False)
     names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
@@ -427,12 +428,10 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
         memory_fallback=fallback, scored=score,
     )
     plan["propagation"] = opts.propagation
-    adjusted = baselines.get("megatron", {}).get("adjusted")
-    if adjusted:
-        left = ", ".join(f"{a['argument']} (rule {a['rule']}: {safety.BY_ID[a['rule']].title})" for a in adjusted)
-        plan.setdefault("notes", []).append(
-            f"the Megatron baseline keeps {left} replicated, as the search must; as written it is "
-            f"{baselines['megatron']['as_written']['total_us']:.1f} us, a plan tt-mlir cannot compile")
+    for name, b in baselines.items():
+        note = _rules_note(name, b)
+        if note:
+            plan.setdefault("notes", []).append(note)
     _note_weights(plan, opts.weights, model)
     per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
     if per_layer is not None:
@@ -782,22 +781,33 @@ def _warn_spec(user: LoaderSpec, stream) -> None:
                      f"were priced replicated (as tt-xla's safe_mark_sharding does): {shown}\n")
 
 
-def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec) -> dict:
-    """The ``loader-spec`` baseline: the spec priced like the others, with what it names."""
-    out = score_dict(scorer.score_by_role(user.by_role))
-    out.update({
-        "source": user.source, "where": user.where, "mesh": user.mesh,
-        "arguments": {role: sh.axis_names() for role, sh in user.by_role.items()},
-        "unmatched": user.unmatched, "not_dividing": user.not_dividing,
-    })
-    per_layer, layer = layer_bill(scorer, by_role=user.by_role)
-    if per_layer is not None:
-        out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
-    else:  # priced whole: the spec's collectives by component, as the plan lists its own
-        args = {a.index: a for a in model.arguments}
-        out["collectives"] = [collective_entry(c, args)
-                              for c in scorer.facts_of(shardings_by_role(model, user.by_role)).collectives]
-    return out
+def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec, limit: dict, meshes) -> tuple[dict, dict]:
+    """The ``loader-spec`` baseline: the spec priced like the others, with what it names,
+    under the rules the search is held to (``_held_to_rules``); also the spec by role
+    within those rules (what the baseline's figure prices)."""
+
+    def priced(by_role: dict) -> tuple[dict, Score]:
+        score = scorer.score_by_role(by_role)
+        out = score_dict(score)
+        out.update({
+            "source": user.source, "where": user.where, "mesh": user.mesh,
+            "arguments": {role: sh.axis_names() for role, sh in by_role.items()},
+            "unmatched": user.unmatched, "not_dividing": user.not_dividing,
+        })
+        per_layer, layer = layer_bill(scorer, by_role=by_role)
+        if per_layer is not None:
+            out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
+        else:  # priced whole: the spec's collectives by component, as the plan lists its own
+            args = {a.index: a for a in model.arguments}
+            out["collectives"] = [collective_entry(c, args)
+                                  for c in scorer.facts_of(shardings_by_role(model, by_role)).collectives]
+        return out, score
+
+    written, score = priced(user.by_role)
+    _, adjusted = _within_limits(model, shardings_by_role(model, user.by_role), limit, meshes)
+    left = {a["argument"] for a in adjusted}
+    kept = {role: (TensorSharding.replicated(sh.rank) if role in left else sh) for role, sh in user.by_role.items()}
+    return _held_to_rules(written, score, adjusted, lambda: priced(kept)), kept
 
 
 def _loader_comparison(groups, assignment, scorer, user: LoaderSpec) -> list[dict]:
@@ -871,40 +881,105 @@ def layer_bill(scorer, *, by_role=None, groups=None, assignment=None) -> tuple[i
 
 def _within_limits(model, shardings: dict, limit: dict, meshes) -> tuple[dict, list[dict]]:
     """``shardings`` with every split a compiler limit forbids (an ``exclude`` rule of
-    ``shard_opt.safety``) left replicated, and what was left."""
-    kept, adjusted = {}, []
+    ``shard_opt.safety``) left out (replicated, as arguments not given are), and what was
+    left: one entry per argument role (every layer's copy of a weight is one entry),
+    ``{"argument", "rule", "was"}``."""
+    kept, adjusted, seen = {}, [], set()
     for i, sh in sorted(shardings.items()):
-        rule = next((r for m in meshes if (r := safety.allowed(sh, model.arguments[i], limit, m))), None)
+        a = model.arguments[i]
+        rule = next((r for m in meshes if (r := safety.allowed(sh, a, limit, m))), None)
         if rule is None:
             kept[i] = sh
-        else:
-            adjusted.append({"argument": model.arguments[i].name, "rule": rule, "was": sh.axis_names()})
+        elif a.role not in seen:
+            seen.add(a.role)
+            adjusted.append({"argument": a.role, "rule": rule, "was": sh.axis_names()})
     return kept, adjusted
 
 
-def _megatron_within_limits(entry: dict, model, meshes, scorer, mega: dict, adjusted: list[dict]) -> dict:
-    """The Megatron baseline re-priced with the splits the search may not make left
-    replicated (a tied embedding's vocabulary split as the LM head's column: tt-mlir
-    cannot lower the gather), so a plan is compared with a Megatron that compiles; the
-    plan as written is kept beside it."""
-    out = _megatron_entry(model, make_groups(model.arguments, meshes, set(PARALLELISM)), scorer, mega)
-    if "pairs" in entry:
-        out["pairs"] = entry["pairs"]
-    out["adjusted"] = adjusted
-    out["as_written"] = {k: entry[k] for k in ("total_us", "ccl_count", "fits") if k in entry}
+BASELINE_LABELS = {"megatron": "Megatron", "loader-spec": "loader-spec (the loader's own spec)"}
+
+
+def _rules_note(name: str, entry: dict) -> str | None:
+    """A plan note for a baseline that breaks a compiler-safety rule as written: what it
+    keeps replicated to keep the rules, and its figure as written (``_held_to_rules``)."""
+    breaks = entry.get("breaks")
+    if not breaks:
+        return None
+    label = BASELINE_LABELS.get(name, name)
+    written = (entry.get("as_written") or {}).get("total_us")
+    written = "unpriceable" if written is None else f"{written:.1f} us"
+    adjusted = entry.get("adjusted") or []
+    if adjusted:
+        left = ", ".join(f"{a['argument']} (rule {a['rule']}: {safety.BY_ID[a['rule']].title})" for a in adjusted)
+        text = f"the {label} baseline keeps {left} replicated, as the search must"
+    else:
+        rules = ", ".join(f"{r} ({safety.BY_ID[r].title})" if r in safety.BY_ID else r for r in breaks)
+        text = f"the {label} baseline breaks {rules} in what Shardy makes of it, which the search never does"
+    if entry.get("still_breaks"):
+        text += f"; it still breaks {', '.join(entry['still_breaks'])} so, and has no figure within the rules"
+    return f"{text}; as written it is {written}, a plan that breaks {', '.join(breaks)}"
+
+
+AS_WRITTEN = ("total_us", "compute_us", "ccl_us", "ccl_count", "ccl_bytes", "fits")
+
+
+def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -> dict:
+    """A baseline priced under the compiler-safety rules the search is held to.
+
+    ``written`` is its entry as written (priced ``score``); ``adjusted`` the splits an
+    ``exclude`` rule forbids (``_within_limits``: left replicated, as the search would have
+    to); ``reprice()`` prices it so and returns (entry, score). A baseline that breaks no
+    rule is returned as it is. One that does gets the figure within the rules, its figure
+    as written under ``as_written`` and the rules it breaks as written under ``breaks``; an
+    ``inf`` rule (found in what Shardy makes of it, ``score.unsafe``) that it still breaks
+    with those splits replicated leaves no figure within the rules: ``total_us`` null,
+    ``still_breaks`` naming the rules."""
+    breaks = sorted({a["rule"] for a in adjusted} | set(score.unsafe))
+    if not breaks:
+        return written
+    out, within = reprice() if adjusted else (dict(written), score)
+    for k in ("pairs", "candidates_evaluated"):
+        if k in written:
+            out[k] = written[k]
+    if within.unsafe:
+        out["total_us"] = None
+        out["still_breaks"] = list(within.unsafe)
+    if adjusted:
+        out["adjusted"] = adjusted
+    out["as_written"] = {k: written[k] for k in AS_WRITTEN if k in written}
+    out["breaks"] = breaks
     return out
 
 
-def _megatron_entry(model, all_groups, scorer, mega: dict) -> dict:
+def _price(model, scorer, shardings: dict) -> Score:
+    """Argument shardings priced by ``scorer``, each argument as given (arguments left out
+    as the search leaves them: closed and replicated, or open when they follow their
+    consumer), through one role group per role (``Group.key``), so a scorer of short copies
+    (``LayeredEvaluator``) maps them onto its copies as it maps the search's candidates."""
+    members = group_members(model)
+    groups, seen = [], set()
+    for i, sh in sorted(shardings.items()):
+        a = model.arguments[i]
+        key = (a.role, a.shape, a.kind)
+        if key not in seen:
+            seen.add(key)
+            groups.append(Group(a.role, tuple(members[key]), a.shape, a.kind, (sh,)))
+    return scorer.score(groups, tuple(0 for _ in groups))
+
+
+def _megatron_entry(model, all_groups, scorer, mega: dict) -> tuple[dict, Score]:
     """The Megatron plan ``mega`` priced by ``scorer``, with its argument shardings."""
-    out = score_dict(scorer.score(all_groups, assignment_of(all_groups, mega)))
+    score = scorer.score(all_groups, assignment_of(all_groups, mega))
+    out = score_dict(score)
     out["arguments"] = {model.arguments[i].name: s.axis_names() for i, s in sorted(mega.items())}
-    return out
+    return out, score
 
 
-def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
-    """Replicated, Megatron and AutoShardingPass plans, priced by ``scorer``; also the
-    autoshard plan's argument shardings (a seed for the search)."""
+def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[dict, dict]:
+    """Replicated, Megatron and AutoShardingPass plans, priced by ``scorer`` under the
+    compiler-safety rules the search is held to (``_held_to_rules``: ``mega`` is the
+    Megatron plan as written); also the autoshard plan's argument shardings within the
+    rules (a seed for the search)."""
     out = {}
     all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
     zero = tuple(0 for _ in all_groups)
@@ -912,15 +987,39 @@ def _baselines(model, mesh, meshes, scorer, mega) -> tuple[dict, dict]:
     ag = autoshard_groups(model, mesh)
     if _space(ag) * (scorer.seconds_each or 0.0) > parallel.MIN_SECONDS:
         parallel.start()  # the enumeration below is long: the workers start while Megatron is priced
-    out["megatron"] = _megatron_entry(model, all_groups, scorer, mega)
+    written, score = _megatron_entry(model, all_groups, scorer, mega)
+    kept, adjusted = _within_limits(model, mega, limit, meshes)
+    out["megatron"] = _held_to_rules(written, score, adjusted,
+                                     lambda: _megatron_entry(model, all_groups, scorer, kept))
     # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
     res = search(model, meshes, None, heuristic, parallelism=set(PARALLELISM), scorer=h_scorer,
                  groups=ag, exhaustive_limit=1500, exhaustive_ops=None)
-    out["autoshard-heuristic"] = score_dict(scorer.score(ag, res.assignment))
-    out["autoshard-heuristic"]["candidates_evaluated"] = res.candidates_evaluated
-    return out, shardings_for(model, ag, res.assignment)
+    score = scorer.score(ag, res.assignment)
+    written = score_dict(score)
+    written["candidates_evaluated"] = res.candidates_evaluated
+    shardings = shardings_for(model, ag, res.assignment)
+    written["arguments"] = _split_arguments(model, shardings)
+    kept, adjusted = _within_limits(model, shardings, limit, meshes)
+    kept = {a.index: kept.get(a.index, TensorSharding.replicated(len(a.shape)))  # closed, as the search's are
+            for a in model.arguments if a.index in shardings}
+
+    def reprice():
+        s = _price(model, scorer, kept)
+        return {**score_dict(s), "arguments": _split_arguments(model, kept)}, s
+
+    out["autoshard-heuristic"] = _held_to_rules(written, score, adjusted, reprice)
+    return out, kept
+
+
+def _split_arguments(model, shardings: dict) -> dict:
+    """Role -> sharding of the arguments a plan splits (one entry for every layer's copy)."""
+    out = {}
+    for i, s in sorted(shardings.items()):
+        if not s.is_replicated:
+            out.setdefault(model.arguments[i].role, s.axis_names())
+    return out
 
 
 def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
@@ -961,6 +1060,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
+        if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
+            plan["baselines"]["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.setdefault("notes", []).append(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
