@@ -247,6 +247,33 @@ def test_why_not_megatron_prices_the_baseline(plan):
     assert "collective_permute" in text and "issue 3370" in _section(text, "## 7. Sources")
 
 
+
+def test_a_baseline_that_breaks_a_rule_is_said_so(plan):
+    """A baseline priced within the compiler-safety rules (driver._held_to_rules): its row is
+    marked, a paragraph gives the rule, what it splits, both figures; one that still breaks
+    an inf rule with those splits replicated has no figure within the rules."""
+    p = copy.deepcopy(plan)
+    mine = p["cost"]["total_us"]
+    p["safety"] = [{"rule": "vocab-gather", "title": "an embedding table is not split on the dim its lookup indexes",
+                    "citation": "tt_mlir_3370", "action": "exclude"},
+                   {"rule": "residual-stream", "title": "the residual stream stays whole",
+                    "citation": "expert_residual_stream", "action": "inf"}]
+    p["baselines"]["autoshard-heuristic"] = {
+        "total_us": mine + 20.0, "ccl_count": 2, "ccl_bytes": 1024, "breaks": ["vocab-gather"],
+        "adjusted": [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather", "was": [["model"], []]}],
+        "as_written": {"total_us": mine - 5.0, "ccl_count": 4, "fits": True}}
+    p["baselines"]["megatron"] = {"total_us": None, "ccl_count": 6, "breaks": ["residual-stream"],
+                                  "still_breaks": ["residual-stream"], "as_written": {"total_us": mine + 1.0}}
+    text = _section(render_report(p, png_path=None), "## 3. Recommended strategy (summary)")
+    row = next(ln for ln in text.splitlines() if ln.startswith("| autoshard-heuristic"))
+    assert "⚠ within the rules (breaks `vocab-gather` as written)" in row
+    para = next(ln for ln in text.splitlines() if ln.startswith("**⚠ Baseline `autoshard-heuristic`"))
+    assert f"As written it is priced {_plan.fmt_us(mine - 5.0)}" in para and f"{_plan.fmt_us(mine + 20.0)}." in para
+    assert "`model.embed_tokens.weight` `(\"model\", None)`" in para and re.search(r"\[\d+\]", para)
+    para = next(ln for ln in text.splitlines() if ln.startswith("**⚠ Baseline `megatron`"))
+    assert "no figure within the rules" in para and "residual" in para
+    assert "**Why not Megatron:**" not in text  # no collective_permute story for a figure the rules removed
+
 # ---------------------------------------------------------------------------------
 # The plan fields the search adds (fixtures in tests/fixtures/plans/, see make_fixtures.py)
 # ---------------------------------------------------------------------------------

@@ -187,7 +187,7 @@ def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
     # the tied embedding is the LM head too: AutoShardingPass's heuristic splits it on its
     # vocabulary (the gather's indexed dim, vocab-gather). Priced as written it would be a
     # plan the search may not make; the baseline is priced with that split replicated, its
-    # figure as written and the rule beside it
+    # figure as written and the rule beside it, and the report says so
     plan, report = _tied_plan(run_cli, tmp_path)
     auto = plan["baselines"]["autoshard-heuristic"]
     assert auto["breaks"] == ["vocab-gather"]
@@ -201,12 +201,19 @@ def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
     assert plan["baselines"]["megatron"]["breaks"] == ["vocab-gather"]
     assert "breaks" not in plan["baselines"]["replicated"] and "as_written" not in plan["baselines"]["replicated"]
     assert any(n.startswith("the autoshard-heuristic baseline keeps model.embed_tokens.weight") for n in plan["notes"])
+    # the report: the rule, both figures, never a silent comparison
+    para = next(ln for ln in report.splitlines() if ln.startswith("**⚠ Baseline `autoshard-heuristic`"))
+    assert "`vocab-gather`" in para and re.search(r"\[\d+\]", para)
+    assert f"{auto['as_written']['total_us']:.1f} us" in para and f"{auto['total_us']:.1f} us" in para
+    row = next(ln for ln in report.splitlines() if ln.startswith("| autoshard-heuristic"))
+    assert "breaks `vocab-gather` as written" in row and f"{auto['total_us']:.1f} us" in row
     # --allow vocab-gather: the split is allowed, the baseline is its plan as written
     free, report = _tied_plan(run_cli, tmp_path, "--allow", "vocab-gather")
     auto_free = free["baselines"]["autoshard-heuristic"]
     assert "breaks" not in auto_free and "as_written" not in auto_free
     assert auto_free["total_us"] == auto["as_written"]["total_us"]
     assert auto_free["arguments"]["model.embed_tokens.weight"] == [["model"], []]
+    assert "⚠ Baseline" not in report
 
 
 def test_a_loader_spec_that_breaks_a_rule_is_priced_within_it(run_cli, tmp_path):

@@ -424,8 +424,14 @@ def section_baselines(plan: dict, cite: Citer) -> list[str]:
             elif name == "loader-spec":
                 about = "loader-spec (the loader's own load_shard_spec"
                 label = f"{about} {cite.for_claim('loader-spec', about)})"
+            if b.get("breaks"):
+                label += f" ⚠ within the rules (breaks {', '.join(f'`{_md(r)}`' for r in b['breaks'])} as written)"
             out.append(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} | {_ccl_cells(b)} |")
         out.append("")
+        for name, b in base.items():
+            held = _held_baseline(p, name, b or {}, cite)
+            if held:
+                out += [held, ""]
         why_not = _why_not_megatron(p, base.get("megatron"), cite)
         if why_not:
             out += [why_not, ""]
@@ -451,9 +457,49 @@ def section_baselines(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
+def _held_baseline(plan: dict, name: str, b: dict, cite: Citer) -> str | None:
+    """A baseline that breaks a compiler-safety rule as written, said as such: the rule,
+    what it splits that the rule forbids, its figure as written and the one within the rules
+    (the plan JSON's ``breaks``, ``adjusted``, ``as_written``), so it is never compared silently."""
+    breaks = b.get("breaks")
+    if not breaks:
+        return None
+    rows = {r.get("rule"): r for r in plan.get("safety") or []}
+    rules = []
+    for r in breaks:
+        row = rows.get(r) or {}
+        about = f"`{_md(r)}` ({_md(row.get('title') or r)})"
+        key = row.get("citation")
+        if key and cite.supports(key, "compiler-limitation"):
+            about += f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
+        rules.append(about)
+    mine = (plan.get("cost") or {}).get("total_us")
+    written = (b.get("as_written") or {}).get("total_us")
+    text = (f"**⚠ Baseline `{_md(name)}` breaks a compiler-safety rule as written:** {'; '.join(rules)}. "
+            f"As written it is priced {_plan.fmt_us(written)}"
+            + (f" ({_ratio(written, mine)} the recommended plan's step)" if written and mine else "")
+            + ", a plan the search may not make.")
+    adjusted = b.get("adjusted") or []
+    if adjusted:
+        splits = "; ".join(f"`{_md(a.get('argument', '?'))}` {_spec_cell(a.get('was'))} (`{_md(a.get('rule'))}`)"
+                           for a in adjusted)
+        text += f" It splits {splits}; the table prices it with "
+        text += "that split" if len(adjusted) == 1 else "those splits"
+        text += " replicated, as the search must"
+        if b.get("still_breaks"):
+            text += (f", and so it still breaks {', '.join(f'`{_md(r)}`' for r in b['still_breaks'])}: "
+                     f"it has no figure within the rules.")
+        else:
+            text += f": {_plan.fmt_us(b.get('total_us'))}."
+    else:
+        text += (" What Shardy makes of it is what breaks the rule (the search prices such a plan infinite): "
+                 "it has no figure within the rules.")
+    return text
+
+
 def _why_not_megatron(plan: dict, mega: dict | None, cite: Citer) -> str | None:
     """Why the Megatron baseline lost, from its priced cost."""
-    if not mega:
+    if not mega or mega.get("still_breaks"):  # no figure within the rules: _held_baseline says why
         return None
     cost = plan.get("cost") or {}
     t, mine = mega.get("total_us"), cost.get("total_us")
