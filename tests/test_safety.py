@@ -133,6 +133,7 @@ def test_an_evaluated_spec_that_splits_the_vocabulary_is_flagged(run_cli, tmp_pa
     plan = json.loads(plan_path.read_text())
     assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["vocab-gather"]
     assert any("vocab-gather" in n for n in plan["notes"])
+    assert plan["baselines"]["loader-spec"]["breaks"] == ["vocab-gather"]  # the plan is the spec, as written
 
 
 def test_an_unknown_rule_is_one_line(run_cli, tmp_path):
