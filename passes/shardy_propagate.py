@@ -55,7 +55,12 @@ Options:
     dims closed and replicated, the others open) (default true). Shardy marks such a
     dim as a permutation factor and exports no collective when it stays split, leaving
     the data movement to the partitioner (XLA emits collective-permutes for a slice of a
-    packed q|k|v projection); with the guard the gather is explicit and priced.
+    packed q|k|v projection); with the guard the gather is explicit and priced. When the
+    pass context names the arguments (the driver's evaluations always do), a guard whose
+    sliced tensor is a module's output as it is (a Linear / Conv output, through layout and
+    elementwise ops) sits on that output instead, one constraint for all the slices of it:
+    that is what the emitted script can hook (``FusedSplit.script_guards``), so the plan is
+    priced as the user's script runs.
   decouple-const-fanout: with the tt-mlir pipeline, clone constant-fed broadcasts per
     use first, as tt-mlir does (``passes/decouple_const_fanout.py``) (default true; the
     evaluator does it once in the module every candidate copies).
@@ -103,7 +108,8 @@ class ShardyPropagate(ModulePass):
         if self.guard_opaque_ops or self.guard_moved_dims or decouple or _functions(module) > 1:
             found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call", BROADCAST))
         insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims,
-                      ops=[op for op in found if op.name not in ("func.call", BROADCAST)])
+                      ops=[op for op in found if op.name not in ("func.call", BROADCAST)],
+                      arguments=ctx.arguments or None)
         propagate, export = PIPELINES[self.pipeline]
         if self.pipeline == "tt-mlir" and any(op.name == "func.call" for op in found):
             inline_calls(module)
@@ -212,7 +218,7 @@ def _erase_dead(alive: list) -> int:
 
 
 def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, ops=None,
-                  allow: frozenset = frozenset()) -> None:
+                  allow: frozenset = frozenset(), arguments=None) -> None:
     """The constraints Shardy needs to make every data movement explicit (see the options),
     in one walk over the module. The driver also writes them into the annotated module it
     emits, so XLA and tt-mlir propagate from the same hints the plan was priced with.
@@ -222,7 +228,12 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
     - in front of an op a safety rule guards (``shard_opt.rules``: a slice / pad /
       reverse, rule ``fused-split``): the constraint the rule asks for (its moved dims
       closed and whole, the others open, ``{?}``), so Shardy gathers them instead of
-      leaving the movement implicit; not for a rule in ``allow`` (``--allow``).
+      leaving the movement implicit; not for a rule in ``allow`` (``--allow``). With the
+      model's ``arguments`` (names and kinds), a guard whose value is a module's output as it
+      is (``Rule.hoist``: the sliced tensor traced back through layout and elementwise ops to
+      the dot_general / convolution reading a ``.weight``) sits on that output instead, the
+      guards of one output merged into one constraint: the form the emitted script writes
+      (a forward hook on the module), so the plan is priced as the user's script runs.
     """
     if not (opaque_ops or moved_dims):
         return
@@ -230,6 +241,12 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
     with module.context:
         if ops is None:  # else the caller's walk found them (``ir.ops_in``, in pre-order)
             ops = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS)
+        graph = None
+        if moved_dims and arguments and any(op.name in MOVING_OPS for op in ops):
+            from shard_opt.module_outputs import Graph
+
+            graph = Graph(module, arguments)
+        hoisted: dict = {}  # module output value -> the dims its guards keep whole
         for op in ops:
             name = op.name
             if opaque_ops and name in OPAQUE_OPS and not _shardy_own(op):
@@ -241,8 +258,16 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
                 for rule in GUARDS:
                     body = rule.id not in allow and name in rule.guard_ops and rule.guard(op)
                     if body:
-                        constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, {body}>")
+                        at = rule.hoist(graph, op) if graph is not None else None
+                        if at is not None:
+                            hoisted.setdefault(at[0], set()).update(at[1])
+                        else:
+                            constrain_operand(op, 0, f"#sdy.sharding<@{mesh_name}, {body}>")
                         break
+        for value, kept in hoisted.items():
+            rank = len(ir.tensor_type(value.type)[0])
+            body = ", ".join("{}" if d in kept else "{?}" for d in range(rank))
+            constrain_value(value, f"#sdy.sharding<@{mesh_name}, [{body}]>")
 
 
 BROADCAST = "stablehlo.broadcast_in_dim"
@@ -270,6 +295,16 @@ def constraint_op(value, sharding: str):
     irm = ir.ir()
     return irm.Operation.create("sdy.sharding_constraint", results=[value.type], operands=[value],
                                 attributes={"sharding": irm.Attribute.parse(sharding)})
+
+
+def constrain_value(value, sharding: str) -> None:
+    """Route every use of ``value`` through a constraint placed right after its producer."""
+    irm = ir.ir()
+    where = value.owner
+    where = where.operation if hasattr(where, "operation") else where
+    with irm.InsertionPoint.after(where), where.location:
+        guard = constraint_op(value, sharding)
+    value.replace_all_uses_except(guard.result, guard.operation)
 
 
 def constrain_operand(op, i: int, sharding: str) -> None:

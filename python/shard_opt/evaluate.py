@@ -291,7 +291,7 @@ class Evaluator:
         if self._module is None:
             module = ir.parse(self.text, filename=self.model.name)
             set_mesh(module, self.mesh)
-            insert_guards(module, allow=self.allow)
+            insert_guards(module, allow=self.allow, arguments=self.model.arguments)
             if self.pipeline == "tt-mlir":
                 # before any candidate's shardings: a replicated candidate has no reshard the
                 # copies could change, so decoupling in every function prices what tt-mlir does

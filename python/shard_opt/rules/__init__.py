@@ -7,8 +7,9 @@ A rule is one object (``Rule``) that carries every piece of its behaviour:
 - ``breaks``: whether a propagated module does what it forbids (read from the walk
   ``shard_opt.analysis.extract_facts`` makes: ``Walk``); a candidate that does is priced
   infinite unless the user allowed the rule;
-- ``guard_ops`` / ``guard``: the constraint it inserts in front of an op before
-  propagation (``shardy-propagate``'s guards), so the safe form is explicit and priced;
+- ``guard_ops`` / ``guard`` / ``hoist``: the constraint it inserts in front of an op
+  before propagation (``shardy-propagate``'s guards), so the safe form is explicit and
+  priced, and the module output it may sit on instead (what the user's script can hook);
 - ``script_guards``: how that guard is written into the user's tt-xla script.
 
 ``--allow ID`` turns a rule off: its exclusions and guards go, and a plan that breaks it
@@ -56,6 +57,13 @@ class Rule:
     def guard(self, op) -> str | None:
         """The ``#sdy.sharding`` text to constrain operand 0 of ``op`` (one of
         ``guard_ops``) to before propagation, or None."""
+        return None
+
+    def hoist(self, graph, op):
+        """Where the guard of ``op`` goes instead of its operand: ``(value, dims kept
+        whole)`` on a module's output (``graph``: ``shard_opt.module_outputs.Graph`` of the
+        module being guarded), so the priced form is the one ``script_guards`` writes; or
+        None (in front of ``op``)."""
         return None
 
     def script_guards(self, module, model) -> list[dict]:

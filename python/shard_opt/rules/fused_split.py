@@ -19,6 +19,25 @@ class FusedSplit(Rule):
         body = ", ".join("{}" if d in dims else "{?}" for d in range(rank))
         return f"[{body}]"
 
+    def hoist(self, graph, op):
+        """The module output the sliced tensor is (``Graph.trace``), with the moved dims
+        mapped onto it, when the mapping is exact (a reshape may leave a dim free to split
+        by some factors only: then the guard stays in front of ``op``) and the weight is
+        its module's own ``.weight``; else None."""
+        from shard_opt.module_outputs import Untied, back_dims
+
+        dims = moved_dims_of(op)
+        try:
+            tie = graph.trace(op.operands[0])
+        except Untied:
+            return None
+        kept, limits = back_dims(tie.path, set(dims))
+        arg = graph.arguments[tie.weight]
+        if not kept or limits or not arg.name.endswith(".weight") or \
+                (arg.module_class or "").lower().startswith("embedding"):
+            return None
+        return tie.output, kept
+
     def script_guards(self, module, model) -> list[dict]:
         """The guards of the propagated ``module`` (``Evaluation.text`` parsed: Shardy has
         turned each guard into the collective it needed, or into nothing) as forward hooks
