@@ -97,7 +97,7 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
         # results carry their closed, replicated sharding: the boundary rule is part of the
         # plan, so XLA, tt-mlir and --evaluate all see the same output gather
         PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-        insert_guards(module, allow=allow)  # the guards of the rules the user did not turn off
+        insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
         out.append(ir.print_module(module))
     return out
 
@@ -447,6 +447,7 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     plan["safety"] = safety.report(removed, opts.allow, inf, safety.broken_by(
         model, final.shardings, limit, meshes, final.facts.violations), costs)
     plan["robustness"] = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
+    _note_guards(plan, model, final, opts.allow)
     constraints = constraints_for(groups, assignment)
     if constraints:
         plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
@@ -501,6 +502,34 @@ def rule_costs(groups, assignment, scorer, score, removed_options: dict, scored:
                 keep(rule, s.total_us, {g.role: g.options[o] for g, o, p in zip(groups, a, assignment)
                                         if o != p and g.by != "site"})
     return out
+
+
+def script_guards(model: LoweredModel, final, allow: frozenset = frozenset()) -> list[dict]:
+    """The guards the plan was priced with, as the user's script writes them: each safety
+    rule's ``script_guards`` of the propagated module ``final.text`` (the rules the user
+    did not turn off; their guards are all the module has)."""
+    from shard_opt.rules import GUARDS
+
+    rules = [r for r in GUARDS if r.id not in allow]
+    if not rules or not final.text:
+        return []
+    with timing.phase("guards"):
+        module = ir.parse(final.text, filename=model.name)
+        return [g for r in rules for g in r.script_guards(module, model)]
+
+
+def _note_guards(plan: dict, model: LoweredModel, final, allow: frozenset) -> None:
+    """The plan JSON's ``guards`` (``script_guards``), and a note for those no module
+    output stands for: the emitted script cannot hook them, the user adds them by hand."""
+    plan["guards"] = script_guards(model, final, allow)
+    loose = [g for g in plan["guards"] if g.get("module") is None]
+    if loose:
+        n = sum(g.get("sites", 1) for g in loose)
+        plan.setdefault("notes", []).append(
+            f"{n} guard{'s' if n != 1 else ''} the plan was priced with ({', '.join(sorted({g['rule'] for g in loose}))}) "
+            f"could not be tied to a module output, so the emitted script cannot hook "
+            f"{'them' if n != 1 else 'it'}: add {'them' if n != 1 else 'it'} by hand (plan JSON guards, "
+            f"module null: where and why)")
 
 
 def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> None:
@@ -1054,6 +1083,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     for rule in sorted(broken - set(opts.allow)):
         plan.setdefault("notes", []).append(
             f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
+    _note_guards(plan, model, final, opts.allow)
     _note_refusal(plan, model, mesh)
     if user is not None:
         plan["strategy"] = f"the {user.source}'s shard spec ({user.where})"
