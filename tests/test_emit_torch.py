@@ -301,6 +301,30 @@ def test_intermediate_constraints_use_tt_torch(plan):
     assert "sharding_constraint_tensor" not in emit_torch(LLAMA_SCRIPT, plan)
 
 
+def test_guards_are_hooked_with_tt_torch_and_loose_ones_said_in_words(plan):
+    p = copy.deepcopy(plan)
+    p["guards"] = [
+        {"rule": "fused-split", "module": "model.layers.*.self_attn.q_proj", "sharding": [[], [], []],
+         "why": "torch.split / chunk / slicing after it (3 slices per call) cut dim 2 of its output "
+                "[2, 128, 4096]: kept whole there (priced: all_gather of [2, 128, 4096] on model)"},
+        {"rule": "fused-split", "module": None, "site": "stablehlo.slice of tensor<2x128x64> on dim 2",
+         "sharding": [["batch"], [], []], "sites": 2,
+         "why": "not tied to a module: it is a model input (input_ids). The plan gathers there: add ..."}]
+    out = emit_torch(LLAMA_SCRIPT, p)
+    compile(out, "g.py", "exec")
+    assert "from tt_torch.sharding import sharding_constraint_hook" in out
+    table = out[out.index("SHARD_OPT_GUARDS = {"):]
+    assert table.index("    # fused-split: torch.split / chunk") < table.index(
+        '    "model.layers.*.self_attn.q_proj": (None, None, None),')
+    assert "module.register_forward_hook(sharding_constraint_hook(module, mesh, spec))" in out
+    assert "def shard_opt_activation_shard_spec(model):" in out
+    assert ('#   fused-split: stablehlo.slice of tensor<2x128x64> on dim 2 (2 sites): SPEC = ("batch", None, None)'
+            in out)
+    assert "#     not tied to a module: it is a model input (input_ids)." in out
+    assert emit_torch(out, p) == out
+    assert "sharding_constraint_hook" not in emit_torch(LLAMA_SCRIPT, plan)
+
+
 def test_script_without_load_model_is_a_user_error(plan):
     with pytest.raises(UserError, match="load_model"):
         emit_torch("def main():\n    pass\n", plan)

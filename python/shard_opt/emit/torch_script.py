@@ -89,6 +89,8 @@ def emit_torch(script_source: str, plan: dict, *, loader: str | None = None) -> 
         AddImportsVisitor.add_needed_import(ctx, mod, obj, asname)
     if plan.get("constraints"):
         AddImportsVisitor.add_needed_import(ctx, "tt_torch.sharding", "sharding_constraint_tensor")
+    if _guard_specs(plan):
+        AddImportsVisitor.add_needed_import(ctx, "tt_torch.sharding", "sharding_constraint_hook")
     if _weight_overrides(plan):
         AddImportsVisitor.add_needed_import(ctx, "tt_torch.weight_dtype", "apply_weight_dtype_overrides")
     AddImportsVisitor.add_needed_import(ctx, "re")
@@ -305,6 +307,17 @@ def _constraint_specs(plan: dict) -> list[tuple[str, list, str]]:
     return out
 
 
+def _guard_specs(plan: dict) -> list[tuple[str, list, str]]:
+    """(module name or role, output sharding, comment) for every guard tied to a module."""
+    return [(g["module"], g["sharding"], f"{g['rule']}: {g.get('why', '')}")
+            for g in plan.get("guards") or [] if g.get("module") and g.get("sharding") is not None]
+
+
+def _loose_guards(plan: dict) -> list[dict]:
+    """The guards no module output stands for (the user adds them by hand)."""
+    return [g for g in plan.get("guards") or [] if not g.get("module")]
+
+
 def _fmt_table(entries: list[tuple[str, str, str]], indent: str = "    ") -> list[str]:
     lines = []
     for key, value, comment in entries:
@@ -416,6 +429,30 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
                   "# after each reshape below, add sharding_constraint_tensor(t, mesh, (None,) * t.dim()) and then",
                   "# sharding_constraint_tensor(t, mesh, SPEC) by hand (tt-xla issue 3643); the modeled step assumes them."]
         lines += [f"#   reshape {c['site']}: SPEC = {_plan.spec_text(c['sharding'])}" for c in inside]
+    guards = _guard_specs(plan)
+    if guards:
+        lines += ["# Guards the plan was priced with (shard-opt's safety rules): each module's output is",
+                  "# constrained to its spec, the dims a torch.split / chunk after it cuts kept whole (None),",
+                  "# so the split cuts whole data on every device. Written as tt-xla's",
+                  "# load_activation_shard_spec(model) returns them ({module: spec}, shard_opt_activation_shard_spec",
+                  "# below) and applied with tt-xla's own tt_torch.sharding.sharding_constraint_hook: one",
+                  "# sdy.sharding_constraint on the output, which is what was priced (shard_opt_constraint_hook's",
+                  "# replicated anchor would gather every dim first: collectives the plan did not price).",
+                  "SHARD_OPT_GUARDS = {"]
+        for k, s, c in guards:  # the reason above each entry: rule id, the split, what was priced
+            lines += textwrap.wrap(c, 96, initial_indent="    # ", subsequent_indent="    # ")
+            lines.append(f'    "{k}": {_plan.spec_text(s)},')
+        lines.append("}")
+    loose = _loose_guards(plan)
+    if loose:
+        lines += ["# Guards the plan was priced with that no module output stands for: shard-opt cannot hook",
+                  "# them; add each by hand in forward(), on the tensor right before the op named,",
+                  "# t = sharding_constraint_tensor(t, mesh, SPEC) (tt_torch.sharding); the modeled step assumes them."]
+        for g in loose:
+            n = g.get("sites", 1)
+            lines.append(f"#   {g['rule']}: {g.get('site', '?')}{f' ({n} sites)' if n > 1 else ''}: "
+                         f"SPEC = {_plan.spec_text(g.get('sharding') or [])}")
+            lines += textwrap.wrap(g.get("why", ""), 100, initial_indent="#     ", subsequent_indent="#     ")
     constraints = _constraint_specs(plan)
     if constraints:
         lines += ["# Sharding constraints on module outputs (a replicated anchor, then the spec:",
@@ -440,6 +477,13 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         "        if spec is not None:",
         f"            xs.mark_sharding(tensor, {mesh_name}, spec)",
     ]
+    if guards:
+        lines += [
+            "    for module, spec in shard_opt_activation_shard_spec(model).items():",
+            "        if not getattr(module, \"_tt_activation_constraint_hooked\", False):",
+            f"            module.register_forward_hook(sharding_constraint_hook(module, {mesh_name}, spec))",
+            "            module._tt_activation_constraint_hooked = True  # tt-xla's test runner then skips it",
+        ]
     if constraints:
         lines += [
             "    for name, module in model.named_modules():",
@@ -448,6 +492,20 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
             "            module.register_forward_hook(shard_opt_constraint_hook(spec))",
         ]
     lines += ["    return model"]
+    if guards:
+        lines += [
+            "",
+            "",
+            "def shard_opt_activation_shard_spec(model):",
+            '    """{module: output partition spec} for SHARD_OPT_GUARDS, as a tt-forge-models loader\'s',
+            "    load_activation_shard_spec(model) returns them (tt-xla's test runner hooks those).\"\"\"",
+            "    specs = {}",
+            "    for name, module in model.named_modules():",
+            "        spec = SHARD_OPT_GUARDS.get(name, SHARD_OPT_GUARDS.get(shard_opt_role(name)))",
+            "        if spec is not None:",
+            "            specs[module] = spec",
+            "    return specs",
+        ]
     if constraints:
         lines += [
             "",
