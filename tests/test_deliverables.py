@@ -105,16 +105,28 @@ for path in sys.argv[1:]:
     spmd.Mesh = Mesh
     spmd.mark_sharding = lambda t, mesh, spec: marked.append((t, spec))
     xla.runtime, xla.distributed, distributed.spmd = runtime, distributed, spmd
+    tt = types.ModuleType("tt_torch")
+    tt_sharding = types.ModuleType("tt_torch.sharding")
+    hooked = []
+    def sharding_constraint_hook(module, mesh, spec):
+        hooked.append((module, spec))
+        return lambda mod, args, output: output
+    tt_sharding.sharding_constraint_hook = sharding_constraint_hook
+    tt_sharding.sharding_constraint_tensor = lambda t, mesh, spec: t
+    tt.sharding = tt_sharding
     sys.modules.update({"torch_xla": xla, "torch_xla.runtime": runtime, "torch_xla.distributed": distributed,
-                        "torch_xla.distributed.spmd": spmd})
+                        "torch_xla.distributed.spmd": spmd, "tt_torch": tt, "tt_torch.sharding": tt_sharding})
     loader = load(path, "stubbed_" + os.path.basename(path)[:-3]).ModelLoader()
     model = loader.load_model()
     inputs = loader.load_inputs()
+    modules = {id(m): n for n, m in model.named_modules()}
     names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
     names.update({id(t): f"input {i}" for i, t in enumerate(inputs)})
     out[os.path.basename(path)] = {
         "calls": calls,
         "marked": [[names.get(id(t), "?"), json.loads(json.dumps(spec))] for t, spec in marked],
+        "hooked": sorted([modules.get(id(m), "?"), json.loads(json.dumps(spec))] for m, spec in hooked),
+        "modules": sorted(modules.values()),
         "tensors": sorted(names.values()),
     }
 print(json.dumps(out))
@@ -432,6 +444,14 @@ def _expected_marks(plan: dict) -> list:
     return json.loads(json.dumps(out))  # tuples as JSON lists, as the script reports them
 
 
+def _expected_hooks(plan: dict, modules: list) -> list:
+    """[module name, spec] for every module a guard of the plan (``guards``, tied to a module
+    by name or role) names, as the script's sharding_constraint_hook calls report them."""
+    out = [[n, list(_plan.partition_spec(g["sharding"]))] for g in plan.get("guards") or [] if g.get("module")
+           for n in modules if g["module"] in (n, _plan.role(n))]
+    return sorted(json.loads(json.dumps(out)))
+
+
 def test_scripts_call_mark_sharding_as_planned(d):
     """Run with stand-in torch_xla modules, the emitted scripts (the plan's, and the Megatron
     baseline's written into the same load script) set up SPMD as tt-xla's Llama example
@@ -448,6 +468,8 @@ def test_scripts_call_mark_sharding_as_planned(d):
         key = {n: i for i, n in enumerate(a["name"] for a in p["arguments"])}
         marked = sorted(got["marked"], key=lambda m: key.get(m[0], -1) if not m[0].startswith("input") else 10**6)
         assert marked == _expected_marks(p), name
+        # the guards the plan was priced with, hooked on every layer's module (tt_torch's hook)
+        assert got["hooked"] == _expected_hooks(p, got["modules"]), name
     megatron = {n: tuple(spec) for n, spec in checked["S_megatron.py"]["marked"]}
     for layer in (0, 1):
         for leaf in COLUMN:

@@ -525,11 +525,17 @@ def _note_guards(plan: dict, model: LoweredModel, final, allow: frozenset) -> No
     loose = [g for g in plan["guards"] if g.get("module") is None]
     if loose:
         n = sum(g.get("sites", 1) for g in loose)
-        plan.setdefault("notes", []).append(
-            f"{n} guard{'s' if n != 1 else ''} the plan was priced with ({', '.join(sorted({g['rule'] for g in loose}))}) "
-            f"could not be tied to a module output, so the emitted script cannot hook "
-            f"{'them' if n != 1 else 'it'}: add {'them' if n != 1 else 'it'} by hand (plan JSON guards, "
-            f"module null: where and why)")
+        k = sum(g.get("sites", 1) for g in loose if g.get("gathers"))
+        rules = ", ".join(sorted({g["rule"] for g in loose}))
+        text = (f"{n} guard{'s' if n != 1 else ''} the plan was priced with ({rules}) could not be tied to a module "
+                f"output, so the emitted script cannot hook {'them' if n != 1 else 'it'} (plan JSON guards, "
+                f"module null: where and why); ")
+        if k:
+            text += (f"{k} of them gather{'s' if k == 1 else ''} in this plan: add {'them' if k != 1 else 'it'} "
+                     f"by hand, or tt-mlir compiles the unguarded split")
+        else:
+            text += "none gathers in this plan (the sliced tensors are whole already): nothing to add for this plan"
+        plan.setdefault("notes", []).append(text)
 
 
 def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> None:

@@ -446,8 +446,9 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
     loose = _loose_guards(plan)
     if loose:
         lines += ["# Guards the plan was priced with that no module output stands for: shard-opt cannot hook",
-                  "# them; add each by hand in forward(), on the tensor right before the op named,",
-                  "# t = sharding_constraint_tensor(t, mesh, SPEC) (tt_torch.sharding); the modeled step assumes them."]
+                  "# them. Where a line says the plan gathers there, add it by hand in forward(), on the tensor",
+                  "# right before the op named: t = sharding_constraint_tensor(t, mesh, SPEC) (tt_torch.sharding);",
+                  "# the modeled step assumes it. The others are whole already in this plan."]
         for g in loose:
             n = g.get("sites", 1)
             lines.append(f"#   {g['rule']}: {g.get('site', '?')}{f' ({n} sites)' if n > 1 else ''}: "

@@ -148,7 +148,7 @@ def script_guards(module, model, rule: Rule = None) -> list[dict]:
         per_module.append({"name": name, "role": role_of(arg.role[:-len(".weight")] if arg.role.endswith(".weight")
                                                           else name),
                            "sharding": spec, "shape": shape, "ops": entry["ops"], "gathers": entry["gathers"],
-                           "kept": sorted(entry["kept"])})
+                           "kept": sorted(entry["kept"]), "limits": dict(entry["limits"])})
     out_entries = []
     by_role: dict = {}
     for m in per_module:
@@ -164,7 +164,7 @@ def script_guards(module, model, rule: Rule = None) -> list[dict]:
     for (site, reason, spec, gathers), n in untied.items():
         out_entries.append({
             "rule": rule_id, "module": None, "site": site, "sharding": eval(spec),  # noqa: S307 - our own repr
-            "sites": n,
+            "sites": n, "gathers": gathers,
             "why": (f"not tied to a module: {reason}. "
                     + ("The plan gathers there: add " if gathers else "Whole there already in this plan; to keep "
                        "it so, add ")
@@ -245,9 +245,18 @@ def _why(m: dict) -> str:
     """The reason for one module's guard, in words."""
     kinds = sorted({_TORCH_OP.get(name, name) for name, _, _ in m["ops"]})
     n, kept = len(m["ops"]), m["kept"]
-    text = (f"{' and '.join(kinds)} after it ({n} slice{'s' if n != 1 else ''} per call) cut{'s' if n == 1 else ''} "
-            f"dim{'s' if len(kept) != 1 else ''} {', '.join(map(str, kept))} of its output "
-            f"[{', '.join(map(str, m['shape']))}]: kept whole there, each device slices what it holds")
+    calls = f"{' and '.join(kinds)} after it ({n} slice{'s' if n != 1 else ''} per call)"
+    if kept:
+        text = (f"{calls} cut{'s' if n == 1 else ''} dim{'s' if len(kept) != 1 else ''} "
+                f"{', '.join(map(str, kept))} of its output [{', '.join(map(str, m['shape']))}]: kept whole "
+                f"there, each device slices what it holds")
+    else:  # the slices cut a view of the output (heads -> head_dim): a split by whole heads keeps them whole
+        cut = sorted({d for _, ds, _ in m["ops"] for d in ds})
+        views = sorted({"x".join(map(str, shape)) for _, _, shape in m["ops"]})
+        lim = ", ".join(f"dim {d} by a factor of {f}" for d, f in sorted(m["limits"].items()))
+        text = (f"{calls} cut{'s' if n == 1 else ''} dim{'s' if len(cut) != 1 else ''} {', '.join(map(str, cut))} "
+                f"of a view [{', '.join(views)}] of its output [{', '.join(map(str, m['shape']))}], whole while the "
+                f"output is split {lim or 'not at all'} at most: pinned to this plan's split")
     gathers = sorted(set(m["gathers"]))
     if gathers:
         text += f" (priced: {'; '.join(gathers)})"
