@@ -253,3 +253,17 @@ def test_reshape_groups_and_back_dims_on_a_head_split():
     assert reshape_groups([2, 64, 384], [2, 64, 4, 96]) == [([0], [0]), ([1], [1]), ([2], [2, 3])]
     assert reshape_groups([128, 384], [2, 64, 384]) == [([0], [0, 1]), ([1], [2])]
     assert reshape_groups([2, 1, 8], [2, 8]) == [([0, 1], [0]), ([2], [1])]
+
+
+@pytest.mark.parametrize("case", ["phi3_fused", "deltanet_conv"])
+def test_allowing_the_rule_drops_the_guard_and_the_plan_says_it_breaks_it(run_cli, tmp_path, case):
+    # --allow fused-split: no guard in front of the slices, so the fused dim stays split
+    # where the slice cuts it (what miscompiles); priced, and the plan says it breaks the rule
+    code, _, err = run_cli(os.path.join(SCRIPTS, case + ".py"), "--mesh", "1x8", "--evaluate",
+                           "--spec", os.path.join(SPECS, case + ".json"), "--allow", "fused-split",
+                           "--plan-json", tmp_path / "P.json", "-o", tmp_path / "A.mlir", "--quiet")
+    assert code == 0, err
+    plan = json.loads((tmp_path / "P.json").read_text())
+    rows = {r["rule"]: r for r in plan["safety"]}
+    assert rows["fused-split"]["allowed"] and rows["fused-split"]["plan_breaks"]
+    assert plan["guards"] == []
