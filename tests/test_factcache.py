@@ -60,6 +60,17 @@ def test_a_change_to_the_code_misses(tmp_path, run_cli, counted, monkeypatch):
     assert len(counted) == 2 * first
 
 
+
+
+def test_the_code_digest_covers_the_safety_rules():
+    # a rule's breaks() decides ModuleFacts.violations: an edit to shard_opt/rules/ must
+    # not be served the facts (and the violations) the old rule found
+    from shard_opt.rules import residual_stream
+
+    paths = {os.path.abspath(p) for _, p in factcache._sources()}
+    assert os.path.abspath(residual_stream.__file__) in paths
+    assert os.path.abspath(factcache.__file__) in paths
+
 def test_no_cache_and_mlir_inputs_store_nothing(tmp_path, run_cli, counted):
     assert run_cli("zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--no-cache")[0] == 0
     assert run_cli(MLP, "--mesh", "1x2", "-o", tmp_path / "o.mlir")[0] == 0

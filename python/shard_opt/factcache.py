@@ -15,7 +15,7 @@ seconds one evaluation took (``shard_opt.parallel`` reads it to decide whether w
 processes pay when every candidate it would time comes from here; the search's plan
 never depends on it). The key hashes everything the facts depend on:
 the prepared module text and the settings above, jaxlib's version and the source of
-every module of the core, of the passes and of the safety rules; so a change to the analysis or the passes
+every module of the core and of the passes; so a change to the analysis or the passes
 never serves stale facts. The least recently used files are evicted with the lowering
 entries, under the same size limit; the cache line's entry count is the lowering
 entries'. Only zoo models use it (a load script or a ``.mlir`` file is never cached, see
@@ -46,19 +46,28 @@ def directory() -> str | None:
     return os.path.join(root, SUBDIR) if root else None
 
 
-@functools.lru_cache(maxsize=1)
-def _code_digest() -> str:
+def _sources() -> list[tuple[str, str]]:
+    """(name, path) of every Python source of the core and of the passes, subpackages
+    included (``shard_opt.rules``: what a rule's ``breaks`` finds is in the facts)."""
     import shard_opt
     import shard_opt.passes
-    import shard_opt.rules
 
-    h = hashlib.sha256()
-    for pkg in (shard_opt, shard_opt.passes, shard_opt.rules):  # the rules decide ModuleFacts.violations
+    out = []
+    for pkg in (shard_opt, shard_opt.passes):
         here = os.path.dirname(os.path.abspath(pkg.__file__))
-        for name in sorted(os.listdir(here)):
-            if name.endswith(".py"):
-                with open(os.path.join(here, name), "rb") as f:
-                    h.update(f"{pkg.__name__}.{name}\0".encode() + f.read())
+        for root, dirs, files in os.walk(here):
+            dirs.sort()
+            out += [(f"{pkg.__name__}.{os.path.relpath(os.path.join(root, n), here)}", os.path.join(root, n))
+                    for n in sorted(files) if n.endswith(".py")]
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    h = hashlib.sha256()
+    for name, path in _sources():
+        with open(path, "rb") as f:
+            h.update(f"{name}\0".encode() + f.read())
     try:
         from importlib import metadata
 
