@@ -86,6 +86,22 @@ def test_decode_finds_the_pairs_prefill_finds(llama):
     assert megatron_pairs(decode) == megatron_pairs(llama)
 
 
+def test_a_batch_of_two_finds_the_pairs_and_heads_a_batch_of_one_finds(llama):
+    # torch-mlir folds [batch, heads] into one dim for attention's matmuls; read folded,
+    # a batch of 2 left the heads dim carrying nothing after attention: no attention
+    # pair, no KV heads (a K/V split the heads rule never saw), q_proj's units the batch
+    from shard_opt.structure import structure_of
+
+    two = frontends.load(LLAMA, batch=2)
+    assert megatron_pairs(two) == megatron_pairs(llama)
+    units = {two.arguments[i].name: n for (i, d), n in structure_of(two).units.items() if d == 0}
+    assert units["model.layers.0.self_attn.q_proj.weight"] == 4
+    assert units["model.layers.0.self_attn.k_proj.weight"] == 2
+    assert units["model.layers.0.self_attn.v_proj.weight"] == 2
+    assert "model.layers.0.self_attn.k_proj.weight" not in {
+        two.arguments[i].name for i in megatron_shardings(two, Mesh.parse("2x4"))}
+
+
 @pytest.mark.parametrize("zoo, kinds", [
     ("bert-large", {"attention", "mlp"}),
     ("gpt2-xl", {"attention", "mlp", "head"}),

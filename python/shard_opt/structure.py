@@ -319,16 +319,25 @@ def _returned_nodes(g: Graph) -> set[int]:
 
 
 def structure_of(model) -> Structure:
-    """``find_structure`` of a ``LoweredModel``, calls inlined (its 1-layer copy when it
-    has one: the structure of a layer is every layer's; arguments are then mapped back by
-    role)."""
+    """``find_structure`` of a ``LoweredModel``, calls inlined and batched matmuls
+    unfolded, as candidates are evaluated (its 1-layer copy when it has one: the
+    structure of a layer is every layer's; arguments are then mapped back by role).
+
+    Unfolded, attention's matmuls keep the batch and the heads apart: torch-mlir folds
+    ``[batch, heads]`` into one dim for them, and a merge takes the union of its dims'
+    sources while the split back gives them all to the major part (the batch), so with a
+    batch of more than one the heads dim came out of attention carrying nothing: no
+    column reached o_proj through it (K/V, and all of a Llama's attention, lost their
+    pair and their heads) and q_proj's units read as the batch size."""
     short = model
     if model.with_layers is not None and (model.num_layers or 0) > 1:
         short = model.with_layers(1)
     from shard_opt.passes.inline_calls import inline_calls
+    from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 
     module = ir.parse(short.text, filename=short.name)
     inline_calls(module)  # a JAX model's helpers (@relu) are part of its dataflow
+    unfold_batch_matmul(module)  # [b*h, s, d] matmuls as [b, h, s, d] (evaluate.prepare does the same)
     st = find_structure(module, short.arguments)
     if short is model:
         return st
