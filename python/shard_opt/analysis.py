@@ -273,6 +273,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             moving.append(op)
         elif name in _ROUTERS:
             routers.append(op)
+        elif name == "stablehlo.reshape":
+            walk.reshapes.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
@@ -376,7 +378,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     facts.collectives = [Collective(**{**fields, **_attributed(fields, op, owner_of)}) for fields, op in pending]
     collective_ops = [op for _, op in pending]
     # after the walk, when every value's sharding and weight-ness is known
-    walk.weight_values, walk.shard = weight_values, shard
+    walk.weight_values, walk.shard, walk.mesh = weight_values, shard, mesh
     facts.violations = rules.violations(walk)
     if routers:
         _route_experts(facts, routers, op_weight, args, local_of)

@@ -27,14 +27,17 @@ from dataclasses import dataclass, field
 @dataclass
 class Walk:
     """What ``extract_facts`` saw in a propagated module that the rules read: every
-    ``stablehlo.add``, the ops a guard may sit in front of, the collectives by op name,
-    the values computed from weights alone, and each value's sharding."""
+    ``stablehlo.add``, the ops a guard may sit in front of, every reshape, the
+    collectives by op name, the values computed from weights alone, each value's
+    sharding and the module's mesh."""
 
     adds: list = field(default_factory=list)
     moving: list = field(default_factory=list)  # slice / pad / reverse ops
+    reshapes: list = field(default_factory=list)
     collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
     weight_values: set = field(default_factory=set)
     shard: dict = field(default_factory=dict)  # Value -> TensorSharding
+    mesh: object = None  # the module's Mesh (a sharding's split factors)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """Attention heads are split whole: a device never holds part of a head."""
 
+from shard_opt import ir
+from shard_opt.dataflow import ELEMENTWISE_OPS, reshape_blocks
 from shard_opt.rules import Rule
 
 
@@ -8,8 +10,187 @@ class Heads(Rule):
         return {x: units for x, units in structure.units.items()
                 if units < model.arguments[x[0]].shape[x[1]]}  # features that come in heads
 
+    def breaks(self, walk) -> bool:
+        """A value split on a head's inner dims (see ``cuts_a_head``)."""
+        return cuts_a_head(walk)
+
+
+def cuts_a_head(walk) -> bool:
+    """Whether the propagated module ``walk`` describes splits a head, however the split
+    got there: an argument's option (a K/V projection split past its heads), a KV cache
+    split on its head_dim, or Shardy's propagation.
+
+    The heads come from the graph, not from names: a **head reshape** is a reshape that
+    splits a weight projection's output features into several dims (``[.., H*D] ->
+    [.., H, D]``); the dims after the first (D) are inside a head. They are followed
+    forward through everything that keeps them a dim of their own (elementwise ops, the
+    per-head norms, RoPE's slices and concatenates, transposes, GQA's broadcast, the KV
+    cache's update, the attention matmuls' free dims) and stop where a reshape merges
+    them with other dims again (``[.., H, D] -> [.., H*D]``: the features, whose splits
+    the ``units`` exclusion judges) or a reduction or contraction consumes them. A value
+    split there on more than one device holds part of a head (with 4 KV heads on 8
+    devices Shardy shards the head reshape on sub-axes, ``{"model":(1)4}, {"model":(4)2}``).
+    """
+    marks: dict = {}  # Value -> the dims of it that lie inside a head
+    work = []
+    for op in walk.reshapes:
+        inner = _head_reshape(op, walk.weight_values)
+        if inner:
+            r = op.results[0]
+            marks[r] = inner
+            work.append(r)
+    while work:
+        v = work.pop()
+        dims = marks[v]
+        if _split(walk.shard.get(v), dims, walk.mesh):
+            return True
+        for use in v.uses:
+            op = use.owner
+            for r, got in _forward(op, marks):
+                if got and not got <= marks.get(r, frozenset()):
+                    marks[r] = marks.get(r, frozenset()) | got
+                    work.append(r)
+    return False
+
+
+def _split(s, dims, mesh) -> bool:
+    if s is None:
+        return False
+    for d in dims:
+        if d < s.rank and s.dims[d]:
+            if mesh is None or s.split_factor(d, mesh) > 1:
+                return True
+    return False
+
+
+def _shape(v):
+    t = ir.tensor_type(v.type)
+    return t[0] if t else None
+
+
+def _head_reshape(op, weight_values) -> frozenset:
+    """The result dims inside a head, when ``op`` splits a projection's output features
+    into several dims (else empty)."""
+    src, dst = _shape(op.operands[0]), _shape(op.results[0])
+    if src is None or dst is None:
+        return frozenset()
+    blocks = reshape_blocks(src, dst)
+    inner = set()
+    for bi, bj in blocks or ():
+        big_src = [k for k in bi if src[k] > 1]
+        big_dst = [j for j in bj if dst[j] > 1]
+        if len(big_src) == 1 and len(big_dst) > 1 and _is_features(op.operands[0], big_src[0], weight_values):
+            inner.update(big_dst[1:])
+    return frozenset(inner)
+
+
+_SAME_DIMS = frozenset({"stablehlo.convert", "sdy.all_gather", "sdy.all_slice", "sdy.all_reduce",
+                        "sdy.reduce_scatter", "sdy.reshard", "sdy.sharding_constraint", "sdy.all_to_all"})
+
+
+def _is_features(value, dim: int, weight_values, depth: int = 0) -> bool:
+    """Whether dim ``dim`` of ``value`` is a weight projection's output features: a free
+    dim of a weight operand of a ``dot_general``, through dims views and collectives keep
+    and bias adds."""
+    if depth > 12:
+        return False
+    owner = value.owner
+    name = getattr(owner, "name", "")
+    if name == "stablehlo.dot_general":
+        from shard_opt.analysis import _dims
+
+        text = str(owner.attributes["dot_dimension_numbers"])
+        lb, rb = _dims(text, "lhs_batching_dimensions"), _dims(text, "rhs_batching_dimensions")
+        lc, rc = _dims(text, "lhs_contracting_dimensions"), _dims(text, "rhs_contracting_dimensions")
+        lhs, rhs = owner.operands[0], owner.operands[1]
+        lfree = [d for d in range(len(_shape(lhs))) if d not in lb and d not in lc]
+        rfree = [d for d in range(len(_shape(rhs))) if d not in rb and d not in rc]
+        if dim < len(lb):
+            return False
+        if dim < len(lb) + len(lfree):
+            return lhs in weight_values
+        return rhs in weight_values and dim - len(lb) - len(lfree) < len(rfree)
+    if name in _SAME_DIMS:
+        return _is_features(owner.operands[0], dim, weight_values, depth + 1)
+    if name == "stablehlo.transpose":
+        return _is_features(owner.operands[0], list(owner.attributes["permutation"])[dim], weight_values, depth + 1)
+    if name == "stablehlo.reshape":
+        back = _reshape_back(_shape(owner.operands[0]), _shape(value), dim)
+        return back is not None and _is_features(owner.operands[0], back, weight_values, depth + 1)
+    if name in ("stablehlo.add", "stablehlo.multiply"):  # a bias or a scale
+        rest = [o for o in owner.operands if o not in weight_values]
+        return len(rest) == 1 and _is_features(rest[0], dim, weight_values, depth + 1)
+    return False
+
+
+def _reshape_back(src, dst, dim: int):
+    """The operand dim result dim ``dim`` of a reshape is, when it is that dim alone."""
+    for bi, bj in reshape_blocks(src, dst) or ():
+        if dim in bj:
+            big_src = [k for k in bi if src[k] > 1]
+            big_dst = [j for j in bj if dst[j] > 1]
+            return big_src[0] if len(big_src) == 1 and big_dst == [dim] else None
+    return None
+
+
+_POSITIONAL = frozenset(ELEMENTWISE_OPS | _SAME_DIMS | {
+    "stablehlo.slice", "stablehlo.pad", "stablehlo.reverse", "stablehlo.concatenate", "stablehlo.dynamic_slice",
+    "stablehlo.dynamic_update_slice", "stablehlo.copy"})
+
+
+def _forward(op, marks: dict):
+    """(result, its dims inside a head) of ``op``, from its operands' ``marks``."""
+    name = op.name
+    results = list(op.results)
+    if not results:
+        return []
+    r = results[0]
+    rshape = _shape(r)
+    if rshape is None:
+        return []
+    operands = list(op.operands)
+    got = set()
+    if name in _POSITIONAL:
+        for o in operands:
+            if o in marks and len(_shape(o) or ()) == len(rshape):
+                got |= marks[o]
+    elif name == "stablehlo.transpose":
+        perm = list(op.attributes["permutation"])
+        src = marks.get(operands[0], frozenset())
+        got = {j for j, p in enumerate(perm) if p in src}
+    elif name == "stablehlo.broadcast_in_dim":
+        dims = list(op.attributes["broadcast_dimensions"])
+        src = marks.get(operands[0], frozenset())
+        got = {dims[i] for i in src if i < len(dims)}
+    elif name == "stablehlo.reshape":
+        src_shape = _shape(operands[0])
+        src = marks.get(operands[0], frozenset())
+        for bi, bj in reshape_blocks(src_shape, rshape) or ():
+            big_src = [k for k in bi if src_shape[k] > 1]
+            big_dst = [j for j in bj if rshape[j] > 1]
+            if len(big_src) == 1 and big_src[0] in src:  # kept whole, or split further: still inside
+                got.update(big_dst)
+    elif name == "stablehlo.reduce":
+        reduced = set(op.attributes["dimensions"])
+        src = marks.get(operands[0], frozenset())
+        kept = [d for d in range(len(_shape(operands[0]))) if d not in reduced]
+        got = {j for j, d in enumerate(kept) if d in src}
+    elif name == "stablehlo.dot_general":
+        from shard_opt.analysis import _dims
+
+        text = str(op.attributes["dot_dimension_numbers"])
+        lb, rb = _dims(text, "lhs_batching_dimensions"), _dims(text, "rhs_batching_dimensions")
+        lc, rc = _dims(text, "lhs_contracting_dimensions"), _dims(text, "rhs_contracting_dimensions")
+        lm, rm = marks.get(operands[0], frozenset()), marks.get(operands[1], frozenset())
+        out = [a in lm or b in rm for a, b in zip(lb, rb)]
+        out += [d in lm for d in range(len(_shape(operands[0]))) if d not in lb and d not in lc]
+        out += [d in rm for d in range(len(_shape(operands[1]))) if d not in rb and d not in rc]
+        got = {j for j, m in enumerate(out) if m}
+    return [(r, frozenset(got))]
+
 
 RULE = Heads(
     "heads", "attention heads are split whole", "expert_kv_heads", "exclude",
     "a split that does not divide the heads gives a device part of a head; layers with 1-2 KV heads keep "
-    "K/V replicated")
+    "K/V replicated (and a plan whose propagated module splits inside a head: a K/V projection split past "
+    "its heads, a KV cache split on its head_dim, is priced infinite)")
