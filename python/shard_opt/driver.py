@@ -128,6 +128,9 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     structure = structure_of(model)
     # the compiler-safety rules the search is held to hold every baseline too (_held_to_rules)
     limit, removed, removed_options = safety.limits(model, structure, opts.allow), {}, {}
+    # what the plan is judged by: every rule's limits, the allowed ones too (an allowed
+    # rule is not enforced, but a plan that breaks it still says so: plan_breaks)
+    judged = safety.limits(model, structure) if opts.allow else limit
     mega_written = megatron_shardings(model, mesh, structure=structure)
     mega, _ = _within_limits(model, mega_written, limit, meshes)
     baselines, autoshard, user, user_kept = {}, None, None, None
@@ -211,7 +214,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
         outcome = _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result,
-                           seconds, fallback, baselines, user, mega, limit, removed, final, removed_options)
+                           seconds, fallback, baselines, user, mega, judged, removed, final, structure,
+                           removed_options)
     if checked is not None:
         checked.attach(outcome.plan)
         if opts.progress:
@@ -406,9 +410,11 @@ def _note_refusal(plan: dict, model: LoweredModel, mesh: Mesh) -> None:
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,
-             fallback, baselines, user, mega, limit, removed, final, removed_options=None) -> Outcome:
+             fallback, baselines, user, mega, judged, removed, final, structure,
+             removed_options=None) -> Outcome:
     """The plan JSON around the winner: what each group weighed, the baselines, the
-    per-layer bill, the safety table, robustness, and the annotated module."""
+    per-layer bill, the safety table, robustness, and the annotated module. ``judged``:
+    every rule's limits, the allowed rules' too (``safety.broken_by``)."""
     group_info = _group_info(groups, assignment, result)
     alternatives = _alternatives(groups, assignment, scorer, assignment_of(groups, mega))
     for info, alts in zip(group_info, alternatives):
@@ -442,10 +448,10 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     for s in result.scored.values():
         for rule in s.unsafe:
             inf[rule] = inf.get(rule, 0) + 1
+    broken = safety.broken_by(model, final.shardings, judged, meshes, final.facts.violations)
     with timing.phase("analysis.rule-costs"):
         costs = rule_costs(groups, assignment, scorer, score, removed_options or {}, result.scored)
-    plan["safety"] = safety.report(removed, opts.allow, inf, safety.broken_by(
-        model, final.shardings, limit, meshes, final.facts.violations), costs)
+    plan["safety"] = safety.report(removed, opts.allow, inf, broken, costs)
     plan["robustness"] = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
     _note_guards(plan, model, final, opts.allow)
     constraints = constraints_for(groups, assignment)
@@ -460,7 +466,7 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
             f"(found in the graph), so the expert matmuls do {routed['top_k']}/{routed['experts']} of the dense "
             f"work and read {routed['weights_read']:.0%} of the experts' weights for {routed['tokens']} token(s) "
             f"per device (uniform routing)")
-    kv = kv_layout(model, mesh, final.shardings)
+    kv = kv_layout(model, mesh, final.shardings, "heads" in broken, structure, allowed="heads" in opts.allow)
     if kv:
         plan["kv_layout"] = kv
         plan.setdefault("notes", []).append(kv["reason"])
@@ -567,34 +573,49 @@ def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> No
 KV_ROLES = re.compile(r"(k_proj|v_proj|key|value)\.weight$")
 
 
-def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict) -> dict | None:
+def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict, cuts_heads: bool, structure=None,
+              allowed: bool = False) -> dict | None:
     """How the plan lays out grouped-query attention's KV heads, and why (in words).
 
-    With ``kv_heads`` KV heads and a K/V projection split ``f`` ways on its output
-    features: ``f`` dividing ``kv_heads`` keeps whole heads per device; a larger ``f``
-    splits inside a head (Shardy shards the head reshape on sub-axes), so the q.k
-    contraction over head_dim leaves partial sums; ``f`` = 1 replicates K/V.
+    Whether a head is cut is the ``heads`` rule's verdict on the plan (``cuts_heads``:
+    ``safety.broken_by`` found the rule broken, by an argument split past its heads or a
+    propagated module that splits inside one, ``rules/heads.py``), never recomputed
+    here, so the words and ``plan_breaks`` agree. The K/V projections are the attention
+    columns whose heads (``structure.units``) are the KV heads, found in the graph (by
+    name when the structure has none); ``kv_split`` is how many ways their output
+    features are split.
     """
     att = model.meta.get("attention")
     if not att or att["kv_heads"] == att["heads"]:
         return None
-    kv_args = [a for a in model.arguments if a.kind == "param" and KV_ROLES.search(a.name)]
-    if not kv_args:
-        return None
-    s = shardings.get(kv_args[0].index)
-    f = s.split_factor(0, mesh) if s is not None and s.rank == 2 else 1
     heads, kvh, hd = att["heads"], att["kv_heads"], att["head_dim"]
-    if f == 1:
+    kv_dims = []
+    if structure is not None:
+        cols = sorted({c for c, _, kind in structure.pairs if kind == "attention"})
+        kv_dims = [c for c in cols if structure.units.get(c) == kvh]
+    if not kv_dims:
+        kv_dims = [(a.index, 0) for a in model.arguments if a.kind == "param" and KV_ROLES.search(a.name)]
+    if not kv_dims:
+        return None
+    i, d = kv_dims[0]
+    s = shardings.get(i)
+    f = s.split_factor(d, mesh) if s is not None and d < s.rank else 1
+    if cuts_heads:
+        where = (f"the K/V projections are split {f} ways over {kvh} KV heads, so each head's {hd}-wide "
+                 f"head_dim is cut {f // math.gcd(f, kvh)} ways" if f > 1 and kvh % f else
+                 "the propagated module splits values inside a head (a KV cache or K/V split on its head_dim)")
+        why = (f"this plan cuts attention heads: {where}; the heads rule forbids it"
+               + (" (turned off here by --allow heads)" if allowed else ""))
+    elif f == 1:
         why = (f"K/V projections replicated: {kvh} KV heads serve {heads} query heads "
                f"(grouped-query attention); splitting them did not pay for its collectives")
     elif kvh % f == 0:
         why = f"{kvh} KV heads split {f} ways: {kvh // f} whole KV heads per device, no head is cut"
-    else:
-        why = (f"{kvh} KV heads do not divide the {f} devices the K/V projections are split over: "
-               f"each head's {hd}-wide head_dim is cut {f // math.gcd(f, kvh)} ways (Shardy shards the "
-               f"head reshape on sub-axes), so attention scores need a reduction; modeled cheaper "
-               f"than replicating K/V")
-    return {"heads": heads, "kv_heads": kvh, "head_dim": hd, "kv_split": f, "reason": why}
+    else:  # the split does not divide the heads, yet the propagated module keeps them whole
+        why = (f"K/V projections split {f} ways over {kvh} KV heads; Shardy gathers them before the head "
+               f"reshape, so every device holds whole heads")
+    return {"heads": heads, "kv_heads": kvh, "head_dim": hd, "kv_split": f, "cuts_heads": cuts_heads,
+            "reason": why}
 
 
 def _most_split(groups, mesh: Mesh) -> tuple[int, ...]:
@@ -1083,8 +1104,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan["propagation"] = opts.propagation
     _note_weights(plan, opts.weights, model)
-    limit = safety.limits(model, structure_of(model), opts.allow)
-    broken = safety.broken_by(model, shardings, limit, [mesh], final.facts.violations)
+    broken = safety.broken_by(model, shardings, safety.limits(model, structure_of(model)), [mesh],
+                              final.facts.violations)
     plan["safety"] = safety.report({}, opts.allow, {}, broken)
     for rule in sorted(broken - set(opts.allow)):
         plan.setdefault("notes", []).append(
