@@ -109,6 +109,9 @@ def test_a_kv_split_past_the_heads_is_found_in_the_propagated_module(qwen):
     assert "heads" in broken
     kv = kv_layout(qwen, MESH, shardings, "heads" in broken, structure_of(qwen))
     assert kv["cuts_heads"] and kv["kv_split"] == 8
+    # V alone split (K replicated) is read too: Qwen2.5-7B's batch-2 plan split v_proj only
+    v_only = _by_suffix(qwen, {"v_proj.weight": COL})
+    assert kv_layout(qwen, MESH, v_only, True, structure_of(qwen))["kv_split"] == 8
 
 
 def test_whole_heads_are_no_violation(qwen):

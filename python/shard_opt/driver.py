@@ -582,8 +582,8 @@ def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict, cuts_heads: bool
     propagated module that splits inside one, ``rules/heads.py``), never recomputed
     here, so the words and ``plan_breaks`` agree. The K/V projections are the attention
     columns whose heads (``structure.units``) are the KV heads, found in the graph (by
-    name when the structure has none); ``kv_split`` is how many ways their output
-    features are split.
+    name when the structure has none); ``kv_split`` is how many ways the most split of
+    them has its output features split.
     """
     att = model.meta.get("attention")
     if not att or att["kv_heads"] == att["heads"]:
@@ -597,13 +597,17 @@ def kv_layout(model: LoweredModel, mesh: Mesh, shardings: dict, cuts_heads: bool
         kv_dims = [(a.index, 0) for a in model.arguments if a.kind == "param" and KV_ROLES.search(a.name)]
     if not kv_dims:
         return None
-    i, d = kv_dims[0]
-    s = shardings.get(i)
-    f = s.split_factor(d, mesh) if s is not None and d < s.rank else 1
+
+    def factor(x) -> int:
+        s = shardings.get(x[0])
+        return s.split_factor(x[1], mesh) if s is not None and x[1] < s.rank else 1
+
+    f = max(factor(x) for x in kv_dims)  # the most split of them (K and V may differ)
     if cuts_heads:
         where = (f"the K/V projections are split {f} ways over {kvh} KV heads, so each head's {hd}-wide "
                  f"head_dim is cut {f // math.gcd(f, kvh)} ways" if f > 1 and kvh % f else
-                 "the propagated module splits values inside a head (a KV cache or K/V split on its head_dim)")
+                 f"the propagated module splits a head's {hd}-wide head_dim across devices (Shardy moved a "
+                 f"split there, or a KV cache is split on it)")
         why = (f"this plan cuts attention heads: {where}; the heads rule forbids it"
                + (" (turned off here by --allow heads)" if allowed else ""))
     elif f == 1:
