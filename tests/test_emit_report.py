@@ -407,6 +407,20 @@ def test_safety_rules():
         render_report(p, png_path=None)
 
 
+def test_a_rule_that_excludes_and_detects_says_both():
+    # the heads rule excludes splits that do not divide the heads and prices infinite a
+    # propagated module that splits inside a head
+    p = _fixture("llama8b_pairs")
+    row = next(r for r in p["safety"] if r["rule"] == "heads")
+    row.update(removed=2, priced_infinite=3, plan_breaks=False, allowed=False)
+    lim = _section(render_report(p, png_path=None), "## 6. Bottlenecks & compiler limitations")
+    assert "attention heads are split whole [" in lim
+    assert "5 candidates excluded from the search (2) or priced infinite (never chosen) (3)." in lim
+    row.update(removed=0, priced_infinite=3)
+    lim = _section(render_report(p, png_path=None), "## 6. Bottlenecks & compiler limitations")
+    assert "3 candidates priced infinite (never chosen)." in lim
+
+
 def test_robustness():
     holds = _section(render_report(_fixture("llama8b_pairs"), png_path=None), "## 3. Recommended strategy (summary)")
     assert "still wins under all 5 perturbations" in holds and "| `ccl x2` (collectives twice as slow) |" in holds

@@ -1018,8 +1018,12 @@ def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
                 return f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
             return f" (source `{_md(key)}` is not in shard-opt's citations table)" if key else ""
 
-        removed = int(r.get("removed") or 0) + int(r.get("priced_infinite") or 0)
+        excluded, infinite = int(r.get("removed") or 0), int(r.get("priced_infinite") or 0)
+        removed = excluded + infinite
         detail = f" Why: {_md(r['detail']).rstrip('.')}." if r.get("detail") else ""
+        action = ACTIONS.get(r.get("action"), _md(r.get("action") or "removed"))
+        if infinite and r.get("action") != "inf":  # a rule that excludes and detects (heads)
+            action = f"{action} ({excluded}) or {ACTIONS['inf']} ({infinite})" if excluded else ACTIONS["inf"]
         if r.get("plan_breaks") and not r.get("allowed"):
             about = f"**⚠ THIS PLAN BREAKS: {title}**"
             out.append(f"- {about}{src(about)}: the sharding evaluated does what this rule forbids; it may not "
@@ -1027,13 +1031,12 @@ def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
         elif r.get("allowed"):
             about = f"**⚠ TURNED OFF BY THE USER: {title}**"
             would = (f" ({removed} candidate{'s' if removed != 1 else ''} would otherwise have been "
-                     f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))})" if removed else "")
+                     f"{action})" if removed else "")
             out.append(f"- {about}{src(about)}. Candidates that break it were priced as if it did not apply{would}: "
                        f"this plan may not compile, or may compute the wrong result.{detail}")
         elif removed:
             out.append(f"- {title}{src(title)}: {removed} candidate{'s' if removed != 1 else ''} "
-                       f"{ACTIONS.get(r.get('action'), _md(r.get('action') or 'removed'))}.{detail}"
-                       + _rule_cost(r.get("cost")))
+                       f"{action}.{detail}" + _rule_cost(r.get("cost")))
         else:
             quiet.append(title)
     if quiet:
