@@ -79,6 +79,14 @@ def test_the_default_plan_keeps_whole_heads(plans):
     assert kv["kv_split"] == f and not kv["cuts_heads"] and "cut" not in kv["reason"].replace("no head is cut", "")
     row = _heads_row(plan)
     assert row["removed"] > 0 and not row["plan_breaks"] and not row["allowed"]
+    # the model prefers the cut: the rule says what it cost, and what it kept out
+    cost = row["cost"]
+    assert cost["plan_us"] == plan["cost"]["total_us"] and cost["preferred_us"] < cost["plan_us"]
+    (role, sharding), = cost["arguments"].items()
+    assert role.endswith(("k_proj.weight", "v_proj.weight")) and sharding[0] == ["model"]
+    from shard_opt.emit.report import render_report
+
+    assert "It cost this plan" in render_report(plan, png_path=None)
 
 
 def test_allowed_the_cut_is_priced_and_the_plan_says_it_breaks_the_rule(plans):
