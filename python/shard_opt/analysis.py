@@ -444,8 +444,8 @@ def _route_experts(facts: ModuleFacts, routers: list, op_weight: list, args, loc
     if not found:
         return
     e, k, tokens = found[0]
-    experts = {a.arg_number for a in args if facts.arg_kinds[a.arg_number] == "param"
-               and len(ir.tensor_type(a.type)[0]) >= 3 and ir.tensor_type(a.type)[0][0] == e}
+    shapes = {a.arg_number: ir.tensor_type(a.type)[0] for a in args if facts.arg_kinds[a.arg_number] == "param"}
+    experts = {i for i, shape in shapes.items() if len(shape) >= 3 and shape[0] == e}
     if not experts:
         return
     share = k / e

@@ -275,9 +275,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        return Checked(assignment, final, {"compiled": False, "skipped": True, "error": why, "matches": False,
-                                           "stages": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
-                                           "differences": [f"not checked: {why}"]})
+        return Checked(assignment, final, ttc.skipped(why))
     evaluator = Evaluator(model, mesh, system, cm, **setting)  # one prepared module for every plan compiled
     with timing.phase("check.finalists"):
         finalists = _finalists(model, groups, assignment, final, result, evaluator)
@@ -303,18 +301,16 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
         xla_thread.join()
     with timing.phase("check.read"):
-        def summary(k, x=None):
-            return ttc.summarize(checkable(model, mesh, finalists[k][1]), compiled[k], system,
-                                 priced_ops=len(finalists[k][1].facts.ops), cost_model=cm, xla=x)
-
-        checks = [summary(k) for k in range(len(finalists))]
+        plans = [checkable(model, mesh, fe) for _, fe in finalists]
+        checks = [ttc.summarize(p, c, system, priced_ops=len(fe.facts.ops), cost_model=cm)
+                  for p, c, (_, fe) in zip(plans, compiled, finalists)]
         # in order of checked cost, each finalist tt-mlir compiled is held against XLA's
         # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~11 s here:
         # the others, costlier, are not partitioned)
         for k in sorted((k for k, c in enumerate(checks) if c["compiled"]), key=lambda k: (checks[k]["checked_us"], k)):
             if k not in xla:
                 _xla_collectives_into(xla, k, texts[k], n)
-            checks[k] = summary(k, xla[k])
+            ttc.hold_against_xla(checks[k], plans[k], compiled[k], xla[k])
             if not checks[k].get("likely_miscompile"):
                 break
     rows = []
@@ -1158,9 +1154,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        plan.setdefault("checks", {})["tt_mlir"] = {
-            "compiled": False, "skipped": True, "error": why, "matches": False, "stages": {},
-            "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
+        plan.setdefault("checks", {})["tt_mlir"] = ttc.skipped(why)
         return
     n = math.prod(mesh.shape)
     if progress:
@@ -1170,8 +1164,10 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     xla_thread.start()
     (compiled,) = ttc.compile_all([ttc.Job("evaluated", annotated, n)], system, tuple(mesh.shape))
     xla_thread.join()
-    chk = ttc.summarize(checkable(model, mesh, final), compiled, system, priced_ops=len(final.facts.ops),
-                        cost_model=cm, xla=xla.get(0))
+    checked = checkable(model, mesh, final)
+    chk = ttc.summarize(checked, compiled, system, priced_ops=len(final.facts.ops), cost_model=cm)
+    if 0 in xla:
+        ttc.hold_against_xla(chk, checked, compiled, xla[0])
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)
     plan.setdefault("checks", {})["tt_mlir"] = chk
     if "checked_us" in chk:

@@ -26,6 +26,7 @@ and the reason says why in words (``Untied``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from shard_opt import ir
@@ -184,7 +185,8 @@ class Graph:
             elif name == "stablehlo.reshape" and width is not None:
                 src, dst = ir.tensor_type(value.type)[0], ir.tensor_type(user.results[0].type)[0]
                 # the unflatten of a batch a Linear flattened: [b*s, n] -> [b, s, n]
-                if not (len(dst) > len(src) and dst[-1] == src[-1] == width and _prod(dst[:-1]) == _prod(src[:-1])):
+                if not (len(dst) > len(src) and dst[-1] == src[-1] == width
+                        and math.prod(dst[:-1]) == math.prod(src[:-1])):
                     break
             else:
                 break
@@ -260,13 +262,6 @@ def _after(out, reader, path) -> list | None:
     return None
 
 
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
-
-
 def reshape_groups(src, dst) -> list[tuple[list[int], list[int]]]:
     """The reshape ``src -> dst`` as groups of contiguous dims with equal products:
     ``[(src dims, dst dims)]``, size-1 dims joined to a neighbour's group."""
@@ -336,7 +331,7 @@ def back_dims(path: list, dims: set[int]) -> tuple[set[int], dict[int, int]]:
                 else:
                     first = [i for i in gi if src[i] != 1]
                     if first:
-                        major = _prod(dst[j] for j in real[:real.index(hit[0])])
+                        major = math.prod(dst[j] for j in real[:real.index(hit[0])])
                         lim[first[0]] = major
             dims, limits = kept, lim
         # elementwise, convert, slice, collectives: the same dims

@@ -316,11 +316,16 @@ def ttnn_op_counts(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def skipped(why: str) -> dict:
+    """``checks.tt_mlir`` of a run whose check could not start (no plugin, another build)."""
+    return {"compiled": False, "skipped": True, "error": why, "matches": False, "stages": {},
+            "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
+
+
 def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = None,
-              cost_model=None, xla: list[dict] | str | None = None) -> dict:
-    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result``; with ``xla``
-    (``verify.xla_collectives`` of the same module, or the error XLA gave), whether tt-mlir
-    keeps every reduction XLA makes (``likely_miscompile``: see ``missing_reductions``)."""
+              cost_model=None) -> dict:
+    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
+    XLA's reductions apart: ``hold_against_xla``)."""
     out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
            **({"ir_dir": result.ir_dir} if result.ir_dir else {}),
            "collectives_at_load": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
@@ -358,17 +363,25 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
     out["differences"] += differences(verdicts) + ttnn_diffs
     if ttir is not None:
         out.update(checked_cost(plan, ttir, out, system, cost_model, ttnn=verdicts.get("ttnn")))
-    if isinstance(xla, str):
-        out["xla"] = {"compiled": False, "error": xla}
-    elif xla is not None and "ttir" in result.irs:
-        missing = missing_reductions(result.irs["ttir"], shape, xla)
-        out["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing}
-        out["likely_miscompile"] = bool(missing)
-        if missing:
-            out["matches"] = False
-            out["differences"].append(f"likely miscompile: {len(missing)} reduction(s) XLA makes for the same "
-                                      f"shardings are not in tt-mlir's TTIR ({missing[0]})")
     return out
+
+
+def hold_against_xla(check: dict, plan: dict, result: Compiled, xla: list[dict] | str) -> dict:
+    """``check`` (``summarize``'s) with whether tt-mlir keeps every reduction XLA makes for the
+    same module: ``xla`` is ``verify.xla_collectives`` of it, or the error XLA gave
+    (``likely_miscompile``: see ``missing_reductions``)."""
+    if isinstance(xla, str):
+        check["xla"] = {"compiled": False, "error": xla}
+    elif "ttir" in result.irs:
+        shape, _ = _plan.mesh_of(plan)
+        missing = missing_reductions(result.irs["ttir"], [1, shape[0]] if len(shape) == 1 else shape, xla)
+        check["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing}
+        check["likely_miscompile"] = bool(missing)
+        if missing:
+            check["matches"] = False
+            check["differences"].append(f"likely miscompile: {len(missing)} reduction(s) XLA makes for the same "
+                                        f"shardings are not in tt-mlir's TTIR ({missing[0]})")
+    return check
 
 
 def ttnn_vs_ttir(summary: dict, mesh_shape) -> list[str]:
