@@ -225,3 +225,14 @@ def test_i64_inputs_reach_xla_at_their_width():
     annotated, _, _ = plan(text, "1x2", {1: TensorSharding.of([["model"], []])})
     result = verify_numerics(annotated, num_devices=2)
     assert result.passed, result.summary()
+
+
+def test_reading_collectives_without_llvm_optimization_changes_no_collective():
+    """``xla_collectives`` compiles with ``to_run=False`` (LLVM optimization off, for speed):
+    the partitioned HLO's collectives are those of a compile meant to run."""
+    annotated, _, _ = plan(MLP, "2x4", COLUMN_ROW)
+    text = ir.xla_optimized_hlo
+    ran = parse_hlo_collectives(text(ir.xla_compile(annotated, 8)), 8)
+    read = parse_hlo_collectives(text(ir.xla_compile(annotated, 8, to_run=False)), 8)
+    assert [(c["kind"], c["bytes_per_device"], c["group_size"]) for c in read] == \
+        [(c["kind"], c["bytes_per_device"], c["group_size"]) for c in ran] == [("all_reduce", 128 * 64 * 4, 4)]

@@ -543,7 +543,7 @@ def xla_collectives(module_text: str, num_devices: int) -> list[dict]:
     ``operand_shapes``, ``operand_bytes`` (per operand, one device), ``bytes_per_device``
     (their sum), ``result_shape``, ``dimensions`` and the HLO ``text`` line.
     """
-    executable = ir.xla_compile(_xla_ready(module_text), num_devices)
+    executable = ir.xla_compile(_xla_ready(module_text), num_devices, to_run=False)
     return parse_hlo_collectives(ir.xla_optimized_hlo(executable), num_devices)
 
 
