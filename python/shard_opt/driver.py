@@ -11,7 +11,6 @@ import dataclasses
 import math
 import re
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -270,6 +269,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     ``user`` (the loader's spec by role) are the shardings kept within them."""
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
+    from shard_opt.ttmlir import reference as xla_reference
 
     t0 = time.perf_counter()
     ok, why = ttc.status()
@@ -293,26 +293,25 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
                      f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
     with timing.phase("check.compile"):
-        # XLA partitions the search's plan meanwhile (the parent is idle while tt-mlir's
-        # children compile): the reductions it makes are what tt-mlir's must include
-        xla: dict = {}
-        xla_thread = threading.Thread(target=_xla_collectives_into, args=(xla, 0, texts[0], n), daemon=True)
-        xla_thread.start()
+        # XLA partitions the search's plan meanwhile, in its own process (ttmlir.reference
+        # says why): the reductions it makes are what tt-mlir's must include
+        xla = {0: xla_reference.start(texts[0], n)}
         compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
-        xla_thread.join()
     with timing.phase("check.read"):
         plans = [checkable(model, mesh, fe) for _, fe in finalists]
         checks = [ttc.summarize(p, c, system, priced_ops=len(fe.facts.ops), cost_model=cm)
                   for p, c, (_, fe) in zip(plans, compiled, finalists)]
         # in order of checked cost, each finalist tt-mlir compiled is held against XLA's
-        # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~11 s here:
+        # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~1.7 s here:
         # the others, costlier, are not partitioned)
-        for k in sorted((k for k, c in enumerate(checks) if c["compiled"]), key=lambda k: (checks[k]["checked_us"], k)):
-            if k not in xla:
-                _xla_collectives_into(xla, k, texts[k], n)
-            ttc.hold_against_xla(checks[k], plans[k], compiled[k], xla[k])
+        order = sorted((k for k, c in enumerate(checks) if c["compiled"]), key=lambda k: (checks[k]["checked_us"], k))
+        for k in order:
+            ref = xla.pop(k, None) or xla_reference.start(texts[k], n)
+            ttc.hold_against_xla(checks[k], plans[k], compiled[k], ref.result(), texts[k])
             if not checks[k].get("likely_miscompile"):
                 break
+        for ref in xla.values():  # the search's plan, when tt-mlir did not compile it
+            ref.result()
     rows = []
     for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
         rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),
@@ -354,17 +353,6 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     a, fe = finalists[best]
     checks[best]["check_seconds"] = round(time.perf_counter() - t0, 3)  # the whole check: compiles, reading
     return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
-
-
-def _xla_collectives_into(out: dict, key, text: str, n: int) -> None:
-    """``out[key]``: XLA's collectives for ``text`` partitioned over ``n`` CPU devices, or the
-    error XLA gave (in words): the tt-mlir check's reference for reductions."""
-    from shard_opt import verify
-
-    try:
-        out[key] = verify.xla_collectives(text, n)
-    except (UserError, PassError) as e:
-        out[key] = str(e)
 
 
 def _finalists(model, groups, assignment, final, result, evaluator) -> list[tuple]:
@@ -1148,6 +1136,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     between, so nothing is recommended instead; a likely miscompile is said loudly)."""
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
+    from shard_opt.ttmlir import reference as xla_reference
 
     stream = stream or sys.stderr
     t0 = time.perf_counter()
@@ -1159,15 +1148,13 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     n = math.prod(mesh.shape)
     if progress:
         stream.write("shard-opt: tt-mlir: compiling the evaluated plan (--no-check skips this)\n")
-    xla: dict = {}
-    xla_thread = threading.Thread(target=_xla_collectives_into, args=(xla, 0, annotated, n), daemon=True)
-    xla_thread.start()
+    ref = xla_reference.start(annotated, n)  # XLA's partitioning, in its own process, meanwhile
     (compiled,) = ttc.compile_all([ttc.Job("evaluated", annotated, n)], system, tuple(mesh.shape))
-    xla_thread.join()
+    xla = {0: ref.result()}
     checked = checkable(model, mesh, final)
     chk = ttc.summarize(checked, compiled, system, priced_ops=len(final.facts.ops), cost_model=cm)
     if 0 in xla:
-        ttc.hold_against_xla(chk, checked, compiled, xla[0])
+        ttc.hold_against_xla(chk, checked, compiled, xla[0], annotated)
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)
     plan.setdefault("checks", {})["tt_mlir"] = chk
     if "checked_us" in chk:
