@@ -161,7 +161,7 @@ def test_plan_json_has_the_design_fields(mlp):
     assert c["ccl_count"] == len(plan["collectives"])
     assert c["ccl_bytes"] == sum(x["bytes_per_device"] for x in plan["collectives"])
     assert c["ccl_us"] == pytest.approx(sum(x["time_us"] for x in plan["collectives"]), abs=1e-2)
-    json.dumps(plan)  # serialisable
+    json.dumps(plan.to_json())  # serialisable
 
 
 def test_search_is_deterministic(mlp):

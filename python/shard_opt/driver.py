@@ -27,7 +27,7 @@ from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.shardy_propagate import insert_guards
-from shard_opt.plan import build_plan, collective_entry, score_dict
+from shard_opt.plan import Plan, build_plan, collective_entry, score_dict
 from shard_opt.search import (
     Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
 )
@@ -58,7 +58,7 @@ class Options:
 
 @dataclass
 class Outcome:
-    plan: dict
+    plan: Plan
     annotated_text: str  # input module + sdy.mesh + the plan's argument shardings
     propagated_text: str  # after Shardy, with explicit collectives and accounting attrs
     model: LoweredModel
@@ -242,20 +242,20 @@ class Checked:
     baselines: dict = field(default_factory=dict)
     note: str | None = None
 
-    def attach(self, plan: dict) -> None:
+    def attach(self, plan: Plan) -> None:
         check = dict(self.plan_check)
         if self.finalists:
             check["finalists"] = self.finalists
-        plan.setdefault("checks", {})["tt_mlir"] = check
+        plan.checks = {**(plan.checks or {}), "tt_mlir": check}
         if "checked_us" in check:
-            plan["cost"]["checked_us"] = check["checked_us"]
+            plan.cost["checked_us"] = check["checked_us"]
         for name, b in self.baselines.items():
-            if name in plan.get("baselines", {}):
-                plan["baselines"][name]["tt_mlir"] = b
+            if name in plan.baselines:
+                plan.baselines[name]["tt_mlir"] = b
                 if "checked_us" in b:
-                    plan["baselines"][name]["checked_us"] = b["checked_us"]
+                    plan.baselines[name]["checked_us"] = b["checked_us"]
         if self.note:
-            plan.setdefault("notes", []).append(self.note)
+            plan.note(self.note)
 
 
 def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega, user, setting,
@@ -396,13 +396,13 @@ def _changed(model, base: dict, other: dict) -> dict:
     return out
 
 
-def _note_refusal(plan: dict, model: LoweredModel, mesh: Mesh) -> None:
+def _note_refusal(plan: Plan, model: LoweredModel, mesh: Mesh) -> None:
     """The loader's get_mesh_config raised for this mesh's device count: not offered, said in a note."""
     from shard_opt.frontends.shard_spec import refusal
 
     why = refusal(model.meta.get("shard_spec"), mesh.num_devices)
     if why:
-        plan.setdefault("notes", []).append(why)
+        plan.note(why)
 
 
 def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignment, score, result, seconds,
@@ -429,17 +429,17 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
                 "constraint_sites": sum(1 for g in groups if g.by == "site")},
         memory_fallback=fallback, scored=score,
     )
-    plan["propagation"] = opts.propagation
+    plan.propagation = opts.propagation
     for name, b in baselines.items():
         note = _rules_note(name, b)
         if note:
-            plan.setdefault("notes", []).append(note)
+            plan.note(note)
     _note_weights(plan, opts.weights, model)
     per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
     if per_layer is not None:
-        plan["cost"]["ccl_per_layer"], plan["layer_collectives"] = per_layer, layer
+        plan.cost["ccl_per_layer"], plan.layer_collectives = per_layer, layer
     if user is not None:
-        plan["loader_comparison"] = _loader_comparison(groups, assignment, scorer, user)
+        plan.loader_comparison = _loader_comparison(groups, assignment, scorer, user)
     inf: dict[str, int] = {}
     for s in result.scored.values():
         for rule in s.unsafe:
@@ -447,25 +447,25 @@ def _explain(model, opts, mesh, meshes, system_name, cm, scorer, groups, assignm
     broken = safety.broken_by(model, final.shardings, judged, meshes, final.facts.violations)
     with timing.phase("analysis.rule-costs"):
         costs = rule_costs(groups, assignment, scorer, score, removed_options or {}, result.scored)
-    plan["safety"] = safety.report(removed, opts.allow, inf, broken, costs)
-    plan["robustness"] = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
+    plan.safety = safety.report(removed, opts.allow, inf, broken, costs)
+    plan.robustness = _robustness(result.scored, assignment, groups, scorer, cm, assignment_of(groups, mega))
     _note_guards(plan, model, final, opts.allow)
     constraints = constraints_for(groups, assignment)
     if constraints:
-        plan["constraints"] = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
+        plan.constraints = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
                                for site, s in constraints.items()]
     routed = final.facts.routed_experts
     if routed:
-        plan["routed_experts"] = routed
-        plan.setdefault("notes", []).append(
+        plan.routed_experts = routed
+        plan.note(
             f"experts priced as routed: the router picks {routed['top_k']} of {routed['experts']} experts per token "
             f"(found in the graph), so the expert matmuls do {routed['top_k']}/{routed['experts']} of the dense "
             f"work and read {routed['weights_read']:.0%} of the experts' weights for {routed['tokens']} token(s) "
             f"per device (uniform routing)")
     kv = kv_layout(model, mesh, final.shardings, "heads" in broken, structure, allowed="heads" in opts.allow)
     if kv:
-        plan["kv_layout"] = kv
-        plan.setdefault("notes", []).append(kv["reason"])
+        plan.kv_layout = kv
+        plan.note(kv["reason"])
     annotated = annotate(model, mesh, final.shardings, constraints, opts.allow)
     return Outcome(plan, annotated, final.text, model)
 
@@ -520,11 +520,11 @@ def script_guards(model: LoweredModel, final, allow: frozenset = frozenset()) ->
         return [g for r in rules for g in r.script_guards(module, model)]
 
 
-def _note_guards(plan: dict, model: LoweredModel, final, allow: frozenset) -> None:
+def _note_guards(plan: Plan, model: LoweredModel, final, allow: frozenset) -> None:
     """The plan JSON's ``guards`` (``script_guards``), and a note for those no module
     output stands for: the emitted script cannot hook them, the user adds them by hand."""
-    plan["guards"] = script_guards(model, final, allow)
-    loose = [g for g in plan["guards"] if g.get("module") is None]
+    plan.guards = script_guards(model, final, allow)
+    loose = [g for g in plan.guards if g.get("module") is None]
     if loose:
         n = sum(g.get("sites", 1) for g in loose)
         k = sum(g.get("sites", 1) for g in loose if g.get("gathers"))
@@ -537,14 +537,14 @@ def _note_guards(plan: dict, model: LoweredModel, final, allow: frozenset) -> No
                      f"by hand, or tt-mlir compiles the unguarded split")
         else:
             text += "none gathers in this plan (the sliced tensors are whole already): nothing to add for this plan"
-        plan.setdefault("notes", []).append(text)
+        plan.note(text)
 
 
-def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> None:
+def _note_weights(plan: Plan, weights: WeightFormats, model: LoweredModel) -> None:
     """The weight formats in the plan JSON (``weight_dtype``, and ``weight_formats``: the
     default and the per-parameter overrides tt-xla takes, role rules spelled out as name
     globs), and the rules that named no matmul weight."""
-    plan["weight_dtype"] = weights.text()
+    plan.weight_dtype = weights.text()
     if weights.is_plain:
         return
     overrides = {}
@@ -561,9 +561,9 @@ def _note_weights(plan: dict, weights: WeightFormats, model: LoweredModel) -> No
                 overrides[pattern] = dtype
         missed = weights.unmatched(model.arguments, roles)
         if missed:
-            plan.setdefault("notes", []).append(
+            plan.note(
                 f"--weight-dtype: {', '.join(missed)} named no matmul weight of {model.name}; those rules did nothing")
-    plan["weight_formats"] = {"default": weights.default, "overrides": overrides}
+    plan.weight_formats = {"default": weights.default, "overrides": overrides}
 
 
 KV_ROLES = re.compile(r"(k_proj|v_proj|key|value)\.weight$")
@@ -1102,25 +1102,25 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     ev = Evaluator(model, mesh, system, cm, **opts.setting())
     final = ev.run(shardings, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
-    plan["propagation"] = opts.propagation
+    plan.propagation = opts.propagation
     _note_weights(plan, opts.weights, model)
     broken = safety.broken_by(model, shardings, safety.limits(model, structure_of(model)), [mesh],
                               final.facts.violations)
-    plan["safety"] = safety.report({}, opts.allow, {}, broken)
+    plan.safety = safety.report({}, opts.allow, {}, broken)
     for rule in sorted(broken - set(opts.allow)):
-        plan.setdefault("notes", []).append(
+        plan.note(
             f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
     _note_guards(plan, model, final, opts.allow)
     _note_refusal(plan, model, mesh)
     if user is not None:
-        plan["strategy"] = f"the {user.source}'s shard spec ({user.where})"
-        plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,
+        plan.strategy = f"the {user.source}'s shard spec ({user.where})"
+        plan.baselines = {"loader-spec": {**plan.cost, "source": user.source, "where": user.where,
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
         if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
-            plan["baselines"]["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
+            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
         if user.mesh and list(user.mesh) != list(mesh.shape):
-            plan.setdefault("notes", []).append(
+            plan.note(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
     annotated = annotate(model, mesh, shardings, allow=opts.allow)
     if opts.check:
@@ -1129,7 +1129,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     return Outcome(plan, annotated, final.text, model)
 
 
-def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, *, stream=None,
+def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, *, stream=None,
                     progress: bool = True) -> None:
     """The tt-mlir check of an evaluated plan (``--evaluate``): its module alone, compiled by
     tt-mlir and partitioned by XLA, into ``plan["checks"]["tt_mlir"]`` (nothing to choose
@@ -1143,7 +1143,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        plan.setdefault("checks", {})["tt_mlir"] = ttc.skipped(why)
+        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
         return
     n = math.prod(mesh.shape)
     if progress:
@@ -1156,11 +1156,11 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: dict, 
     if 0 in xla:
         ttc.hold_against_xla(chk, checked, compiled, xla[0], annotated)
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)
-    plan.setdefault("checks", {})["tt_mlir"] = chk
+    plan.checks = {**(plan.checks or {}), "tt_mlir": chk}
     if "checked_us" in chk:
-        plan["cost"]["checked_us"] = chk["checked_us"]
+        plan.cost["checked_us"] = chk["checked_us"]
     if chk.get("likely_miscompile"):
-        plan.setdefault("notes", []).append(
+        plan.note(
             "tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings ("
             f"{chk['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
     if progress:
