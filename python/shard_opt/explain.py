@@ -459,10 +459,13 @@ def _robustness(scored: dict, assignment, groups, scorer, cm, megatron) -> dict:
         winner = ranked[0]
         runner = ranked[1] if len(ranked) > 1 else winner
         margin = (times[runner] - times[winner]) / times[runner] if times[runner] else 0.0
-        entry = {"perturbation": label, "winner": "plan" if winner == assignment else _label(groups, winner,
-                                                                                             assignment, megatron),
+        won = "plan" if winner == assignment else _label(groups, winner, assignment, megatron)
+        next_ = _label(groups, runner, assignment, megatron) if runner != assignment else "plan"
+        if runner != winner and next_ == won:  # the same up to the label's cut: say how the runner-up differs
+            next_ = "the winner with " + (_label(groups, runner, winner, ()) or "an option described alike")
+        entry = {"perturbation": label, "winner": won,
                  "margin": round(margin, 4), "margin_us": round(times[runner] - times[winner], 3),
-                 "runner_up": _label(groups, runner, assignment, megatron) if runner != assignment else "plan"}
+                 "runner_up": next_}
         if winner != assignment:
             entry["plan_behind"] = round((times[assignment] - times[winner]) / times[winner], 4)
         checks.append(entry)
@@ -491,7 +494,7 @@ def _other_profile(cm):
 
 def _label(groups, a, plan, megatron) -> str:
     """A plan in words: the baseline it is, or how it differs from the recommendation."""
-    if a == tuple(megatron) + a[len(megatron):]:
+    if megatron and a == tuple(megatron) + a[len(megatron):]:
         return "megatron"
     diff = [f"{g.role}: {g.describe(o)}" for g, o, p in zip(groups, a, plan) if o != p]
     return "; ".join(diff[:3]) + (f"; +{len(diff) - 3} more" if len(diff) > 3 else "")

@@ -86,27 +86,28 @@ def _json_type(tp: str) -> tuple[type, ...]:
 class Plan:
     """One model's plan; the fields are the plan JSON's keys, in the order it writes them.
 
-    A field of ``REQUIRED`` is always written; any other field is written when it is
-    not None (an optional key of the plan JSON). ``note()`` appends to ``notes``.
+    A field is written when it is set (not None), a field of ``REQUIRED`` always, and
+    ``memory_fallback_reason`` whenever ``memory_fallback`` is (null when there is no
+    fallback). ``note()`` appends to ``notes``.
     ``plan[key]`` / ``plan.get(key)`` / ``key in plan`` read a field by its JSON key, as
     a dict of the plan JSON would (for code written against the JSON: scripts, tests)."""
 
     model: str
-    source: str | None
-    mesh: MeshRecord
-    system: str
-    cost_model: str
-    parallelism: list[str]
-    strategy: str
-    arguments: list[Argument]
-    inputs: list[str]
-    groups: list[dict]
-    collectives: list[Collective]
-    cost: Cost
-    baselines: dict
-    search: dict
-    memory_fallback: bool
-    memory_fallback_reason: str | None
+    source: str | None = None
+    mesh: MeshRecord | None = None
+    system: str | None = None
+    cost_model: str | None = None
+    parallelism: list[str] | None = None
+    strategy: str | None = None
+    arguments: list[Argument] | None = None
+    inputs: list[str] | None = None
+    groups: list[dict] | None = None
+    collectives: list[Collective] | None = None
+    cost: Cost | None = None
+    baselines: dict | None = None
+    search: dict | None = None
+    memory_fallback: bool | None = None
+    memory_fallback_reason: str | None = None
     meshes: list[MeshRecord] | None = None
     phase: str | None = None
     batch: int | None = None
@@ -132,8 +133,9 @@ class Plan:
     numerics: dict | None = None
     xla_crosscheck: dict | None = None
 
-    REQUIRED = ("model", "source", "mesh", "system", "cost_model", "parallelism", "strategy", "arguments", "inputs",
-                "groups", "collectives", "cost", "baselines", "search", "memory_fallback", "memory_fallback_reason")
+    # what a plan JSON must hold to be read (DESIGN.md's minimum fields); the driver writes
+    # every key above ``meshes`` always (memory_fallback_reason null when there is none)
+    REQUIRED = ("model", "mesh", "system", "arguments", "collectives", "cost", "baselines", "search")
 
     def note(self, text: str) -> None:
         """Add a line to the plan's ``notes``."""
@@ -146,10 +148,16 @@ class Plan:
         field that is set (a copy: changing it leaves the plan alone)."""
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
         for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if f.name in self.REQUIRED or v is not None:
-                out[f.name] = _copy(v)
+            if self._written(f.name):
+                out[f.name] = _copy(getattr(self, f.name))
         return out
+
+    def _written(self, name: str) -> bool:
+        """Whether the plan JSON holds ``name`` (``to_json``, and ``plan[name]``)."""
+        if name not in _FIELD_NAMES[type(self)]:
+            return False
+        return (getattr(self, name) is not None or name in self.REQUIRED
+                or (name == "memory_fallback_reason" and getattr(self, "memory_fallback", None) is not None))
 
     @classmethod
     def from_json(cls, data: dict, *, where: str = "plan") -> "Plan":
@@ -164,10 +172,9 @@ class Plan:
         return cls(**_fields_of(cls, data, where))
 
     def __getitem__(self, key: str):
-        v = getattr(self, key, None) if key in _FIELD_NAMES[type(self)] else None
-        if v is None and key not in self.REQUIRED:
+        if not self._written(key):
             raise KeyError(key)
-        return v
+        return getattr(self, key)
 
     def get(self, key: str, default=None):
         try:
@@ -176,7 +183,7 @@ class Plan:
             return default
 
     def __contains__(self, key: str) -> bool:
-        return self.get(key) is not None or key in self.REQUIRED
+        return self._written(key)
 
 
 @dataclass
@@ -216,7 +223,7 @@ class PipelinePlan:
                               for i, p in enumerate(subs)]
         return cls(**fields)
 
-    __getitem__, get, __contains__ = Plan.__getitem__, Plan.get, Plan.__contains__
+    __getitem__, get, __contains__, _written = Plan.__getitem__, Plan.get, Plan.__contains__, Plan._written
 
 
 def plan_from_json(data: dict, *, where: str = "plan") -> Plan | PipelinePlan:
@@ -249,8 +256,7 @@ def _fields_of(cls, data: dict, where: str) -> dict:
             continue
         v = data[f.name]
         ok = _json_type(str(f.type))
-        if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED
-                                                       and "None" not in str(f.type)):
+        if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED):
             raise PlanSchemaError(f"{where}: plan JSON key {f.name!r} is {type(v).__name__}, "
                                   f"not {'/'.join(t.__name__ for t in ok)}")
         out[f.name] = _copy(v)
