@@ -343,7 +343,8 @@ class System:
                         floor: bool = True) -> float:
         """Roofline time (us) of one op on one chip: the slower of math and DRAM traffic,
         at least the profile's shortest kernel. ``flops`` and ``nbytes`` (operands read +
-        results written) are per chip."""
+        results written) are per chip. No kernel latency (it has no op class): the cost
+        models price ops through ``TenstorrentModel.kernel_us``."""
         c = self.compute_profile(profile)
         math_us = flops / (self.peak_flops_per_us(fidelity) * c.matmul_efficiency[fidelity])
         t = max(math_us, self.dram_us(nbytes, c.dram_efficiency))
