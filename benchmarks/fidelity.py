@@ -316,25 +316,25 @@ STANDALONE_6U = (
 # test_prefill_device_perf.py: one layer, batch 1, seqlen 128, "kernel_duration" in ns).
 # Per-chip shapes as the decode layer's, with 128 token rows: x [128, 2048], wqkv [2048,
 # 1280], wo [1024, 2048], w1/w3 [2048, 3584] bfp4, w2 [3584, 2048] bfp8; 8 query heads and 1
-# KV head per chip. Validation only: nothing is fitted to prefill (docs/costmodel.md 2.0).
+# KV head per chip. QKV_MM and matmul_ffn_2 are the calibration points of the prefill DRAM
+# share (costmodel/wormhole.py PREFILL_KERNELS); the rest are held out (docs/costmodel.md 2.0).
 PREFILL_128 = (
-    ("QKV_MM", 45011, matmul(128, 2048, 1280, "bf16", "bfp8", "bf16")),
-    ("matmul_attn_out", 37818, matmul(128, 1024, 2048, "bf16", "bfp8", "bf16")),
-    ("matmul_ffn_1", 61404, matmul(128, 2048, 3584, "bf16", "bfp4", "bf16")),
-    ("matmul_ffn_3", 61444, matmul(128, 2048, 3584, "bf16", "bfp4", "bf16")),
-    ("matmul_ffn_2", 115297, matmul(128, 3584, 2048, "bf16", "bfp8", "bf16")),
+    ("QKV_MM", 45011, matmul(128, 2048, 1280, "bf16", "bfp8", "bf16"), "calibration"),
+    ("matmul_attn_out", 37818, matmul(128, 1024, 2048, "bf16", "bfp8", "bf16"), "validation"),
+    ("matmul_ffn_1", 61404, matmul(128, 2048, 3584, "bf16", "bfp4", "bf16"), "validation"),
+    ("matmul_ffn_3", 61444, matmul(128, 2048, 3584, "bf16", "bfp4", "bf16"), "validation"),
+    ("matmul_ffn_2", 115297, matmul(128, 3584, 2048, "bf16", "bfp8", "bf16"), "calibration"),
     ("sdpa (causal, 128 x 128)", 30324,
      OpWork("sdpa", 4 * 128 * 128 * 128 * 8, nbytes((8, 128, 128), "bf16") + 2 * nbytes((1, 128, 128), "bf16"),
-            nbytes((8, 128, 128), "bf16"), 0, "bf16", kind="sdpa")),
-    ("LayerNormPreAllGather + LayerNormPostAllGather", 38267.6 + 43788.6, norm(128, 2048)),
+            nbytes((8, 128, 128), "bf16"), 0, "bf16", kind="sdpa"), "validation"),
+    ("LayerNormPreAllGather + LayerNormPostAllGather", 38267.6 + 43788.6, norm(128, 2048), "validation"),
 )
-WHY_PREFILL_MM = ("prefill regime, not calibrated: tt-metal's 128-token prefill matmuls stream their weights at "
-                  "59-68 GB/s (QKV 2.8 MB in 45 us, FF2 7.8 MB in 115 us) or equally reach 12% of the math peak "
-                  "(bfp4 at LoFi twice bfp8's rate: the two readings cannot be told apart at one length); the "
-                  "model's 240 GB/s DRAM-sharded decode rate and 3.4 us latency give 0.35-0.45 of it")
-PREFILL_MM_BAND = (0.3, 0.5)  # 240 GB/s modeled against 59-68 measured is 0.25-0.28 of the read, plus the latency
-WHY_PREFILL_SMALL = ("prefill regime, not calibrated: a 128-token RMSNorm (pre + post statistics kernels, 82 us) and "
-                     "causal SDPA (30 us) run far over the roofline plus the decode latency of their class")
+# The norm and SDPA have no prefill constant: their latencies are the decode kernels', far
+# under a 128-token kernel. Band: the decode latency plus roofline against a kernel that the
+# per-token work makes 3-10x longer (norm 82 us for 128 rows vs 10.9 for 32; SDPA 30 us).
+WHY_PREFILL_SMALL = ("prefill regime, not calibrated for norms and attention: a 128-token RMSNorm (pre + post "
+                     "statistics kernels, 82 us) and causal SDPA (30 us) run 3-6x over the decode kernel latency "
+                     "of their class plus the roofline")
 PREFILL_SMALL_BAND = (0.1, 0.35)
 
 # CI upper bounds for the standalone CCLs (test_ccl_async_perf_TG_llama.py, 6U: perf_target_us,
@@ -406,13 +406,13 @@ def per_op_rows(report: Report) -> None:
             band=(0.55, 0.75) if rope else None,
             detail="shape assumed (test_llama_ops.py not read): floor-bound either way"))
     cm_pre = costmodel.get_cost_model("tenstorrent-tuned")
-    for name, ns, op in PREFILL_128:
+    for name, ns, op, use in PREFILL_128:
         small = op.kind in ("sdpa", "norm")
         report.rows.append(Row(
             f"Galaxy prefill 128 {name}", "per-op", "tenstorrent-tuned", cm_pre.kernel_us(op, g6), ns / 1e3,
-            "prefill", "validation", why=WHY_PREFILL_SMALL if small else WHY_PREFILL_MM,
-            band=PREFILL_SMALL_BAND if small else PREFILL_MM_BAND,
-            detail=f"regime {cm_pre.regime(op)}; no prefetcher (tt-metal prefills from DRAM)"))
+            "prefill", use, why=WHY_PREFILL_SMALL if small else None, band=PREFILL_SMALL_BAND if small else None,
+            detail=(f"regime {cm_pre.regime(op)}" if not small else "no prefill constant for its class: priced with the "
+                    "decode latency") + "; no prefetcher (tt-metal prefills from DRAM)"))
     for name, target, parts in CCL_CI_TARGETS:
         modeled = sum(part_us(p, cm, g6) for p in parts)
         report.checks.append(Check(f"6U CI threshold {name}: modeled <= {target:g} us", modeled <= target,

@@ -52,6 +52,9 @@ class Compute:
         reductions and ring passes). Fitted to decode kernels (32 rows or fewer: the
         decode regime, docs/costmodel.md 2.0); a class not listed has none (the roofline,
         at least ``kernel_floor_us``).
+      prefill_weight_efficiency: the DRAM share at which a matmul in the prefill regime
+        (more than ``DECODE_ROWS`` activation rows) streams its weight; its activations
+        keep ``dram_efficiency``. None: the weight too, as in decode.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Compute:
     sources: tuple[str, ...] = ()
     prefetch_compute_share: float = 1.0
     latency_us: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    prefill_weight_efficiency: float | None = None
 
     def fidelity_of(self, weight_format: str | None) -> str:
         if self.fidelity == "hifi4":

@@ -22,9 +22,10 @@ Compute: a roofline per device op, at least the shortest kernel::
 
 ``latency_us`` is the fixed time of a kernel class (matmul, norm, sdpa, KV-cache update,
 gather), fitted to tt-metal's standalone decode kernels (``wormhole.GALAXY_KERNELS``).
-The calibration is the decode regime's (``regime``: 32 activation rows or fewer); prefill
-kernels get the same formula, which prices them under what tt-metal measures at 128 tokens
-(docs/costmodel.md 2.0).
+The latencies are the decode regime's (``regime``: 32 activation rows or fewer); a matmul
+in the prefill regime streams its weight at ``prefill_weight_efficiency`` (fitted to
+tt-metal's 128-token Galaxy prefill) and its activations at ``dram_efficiency``; long
+prompts are math bound and keep the large-matmul efficiency (docs/costmodel.md 2.0).
 
 A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak and reads
 its KV at ``sdpa_dram_efficiency``. Every device op and every collective also pays the
@@ -122,14 +123,22 @@ class TenstorrentModel(CostModel):
         fidelity = c.fidelity_of(op.fidelity)
         eff = self.matmul_efficiency if self.matmul_efficiency is not None else c.matmul_efficiency[fidelity]
         math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff * share)
-        return max(latency + max(math_us, system.dram_us(nbytes, dram)), c.kernel_floor_us)
+        if (self.dram_efficiency is None and c.prefill_weight_efficiency is not None and op.weight_bytes
+                and nbytes >= op.weight_bytes and self.regime(op) == "prefill"):
+            # docs/costmodel.md 2.0: a prefill matmul streams its weight at its own share
+            dram_us = (system.dram_us(nbytes - op.weight_bytes, dram)
+                       + system.dram_us(op.weight_bytes, c.prefill_weight_efficiency))
+        else:
+            dram_us = system.dram_us(nbytes, dram)
+        return max(latency + max(math_us, dram_us), c.kernel_floor_us)
 
     @staticmethod
     def regime(op: OpWork) -> str:
         """``decode`` or ``prefill``: which calibration regime an op is priced in. A matmul
         with a weight is ``prefill`` when its activation has more than ``DECODE_ROWS`` rows
-        (rows = flops / (2 x weight elements)); everything else is ``decode`` (the regime the
-        kernel latencies were fitted in; docs/costmodel.md 2.0)."""
+        (rows = flops / (2 x weight elements)); everything else is ``decode``: it is priced
+        with the decode regime's constants, the only ones its class has (norms and
+        attention have no prefill constant; docs/costmodel.md 2.0)."""
         if op.kind in MATMUL_KINDS and op.weight_bytes:
             from shard_opt.facts import dtype_bytes
 

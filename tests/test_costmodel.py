@@ -131,6 +131,25 @@ def test_latency_adds_to_the_roofline_and_keeps_the_floor():
     assert model.kernel_us(norm, system) > 10  # a decode norm is latency bound, not 1 us of DRAM
 
 
+def test_pins_the_prefill_dram_share_to_its_prefill_kernels():
+    """Pins the fitted constant: the prefill regime's weight-stream share is the mean that
+    gives wormhole.PREFILL_KERNELS their times; it applies to prefill matmuls' weights
+    only, and a long prompt stays math bound (the share changes nothing there)."""
+    model, system = costmodel.get_cost_model("tenstorrent-tuned"), costmodel.get_system("wh-galaxy-6u")
+    share = wormhole.PREFILL_WEIGHT_EFFICIENCY
+    assert 0.2 < share < 0.3 and system.compute_profile("generic").prefill_weight_efficiency == share
+    for p in wormhole.PREFILL_KERNELS:
+        assert model.kernel_us(p.op, system) == pytest.approx(p.time_us, rel=0.05), p.label
+    decode = wormhole.GALAXY_KERNELS[4].op  # the qkv ring matmul at 32 rows: decode regime, 240 GB/s
+    assert model.regime(decode) == "decode"
+    # 4x the rows, the weight streamed at 73 instead of 240 GB/s: 2.9x the time
+    assert model.kernel_us(decode, system) < model.kernel_us(wormhole.PREFILL_KERNELS[0].op, system) / 2.5
+    long = wormhole._mm(8192, 2048, 1280, "bfp8")
+    c = system.compute_profile("tuned")
+    math_us = long.flops / (system.peak_flops_per_us("HiFi2") * c.matmul_efficiency["HiFi2"])
+    assert model.kernel_us(long, system) == pytest.approx(c.latency_us["matmul"] + math_us)
+
+
 def test_regime_is_said_per_op():
     model = costmodel.get_cost_model("tenstorrent-tuned")
     decode = OpWork("mm", 2 * 32 * 2048 * 1280, 0, 0, 2048 * 1280 * 2, "bf16", kind="matmul")
