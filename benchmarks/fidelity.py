@@ -9,8 +9,10 @@ never shard-opt's own plan, and sets the figure beside the measurement
   calibrated fabric models), compute kernels through the cost model's ``kernel_us`` on
   the op's per-device shapes. Measured times are kernel durations, so no op-to-op gap is
   added. Rows: every op of tt-metal's Llama-70B Galaxy decode layer (6U, batch 32,
-  position 127), its 4U collectives, two standalone kernels, and the Wormhole LoudBox
-  and Blackhole Galaxy CCL points the generic profiles were fitted to.
+  position 127; held out), its 4U collectives, the standalone 6U kernels (the kernel
+  latencies' calibration points, and two held out), the 128-token Galaxy prefill kernels,
+  and the Wormhole LoudBox and Blackhole Galaxy CCL points the generic profiles were
+  fitted to.
 - ``layer``: one Llama-70B decoder layer on 8x4 (tt-metal's 2-D layout, bfp8 attention and
   w2, bfp4 w1/w3, prefetched weights, traced), priced twice: tt-metal's own 16 ops through
   the cost model, and the zoo model through the whole evaluator (Shardy propagation,

@@ -114,9 +114,9 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     """Whether the space is enumerated is decided from the space and the module's op
     count, never from a measured time or the core count; and enumeration and local search
     agree here, because constraint sites are searched from several argument plans (on
-    2x4 the best refinement, 153.9 us, is of an argument plan that is not the argument
-    optimum; before the kernel latencies these were 147.1, 162.3 and 159.2 us: the same plan,
-    + 2 matmuls x 3.38 us of matmul latency)."""
+    2x4 the best refinement, 158.0 us with the kernel latencies and the prefill weight stream
+    of docs/costmodel.md 2.0, is found from several argument plans; at 147.1 us before them it
+    was of a 162.3 us argument plan, not of the 159.2 us argument optimum)."""
     def run(budget=search_mod.EXHAUSTIVE_OPS, jobs="1", slow=1):
         monkeypatch.setitem(search_mod.search.__kwdefaults__, "exhaustive_ops", budget)
         monkeypatch.setenv("SHARD_OPT_JOBS", jobs)
@@ -136,7 +136,7 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     for name, plan in plans.items():
         assert _the_plan(plan) == _the_plan(default), name
     if mesh == "2x4":
-        assert default["constraints"] and default["cost"]["total_us"] <= 154.0
+        assert default["constraints"] and default["cost"]["total_us"] <= 158.1
 
 
 def test_site_starts_are_the_best_distinct_times():
