@@ -67,7 +67,9 @@ def mark_fusions(module, arg_kinds: list[str] | None = None) -> dict[str, int]:
     """Tag ``module``'s fused groups in place; returns how many groups of each kind.
     ``arg_kinds``: the arguments' kinds (a matmul with a parameter is a projection, not
     attention scores); default their ``shard_opt.kind`` attributes."""
-    g = Graph.of(module, arg_kinds)
+    # a plan's sharding constraints (in an annotated module, ``--evaluate`` of a plan's own
+    # ``-o``) are not computation: the groups are those of the module without them
+    g = Graph.of(module, arg_kinds, through_constraints=True)
     groups = find_groups(g)
     with module.context:
         irm = ir.ir()

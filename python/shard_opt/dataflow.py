@@ -83,9 +83,12 @@ class Graph:
         self.arg_kinds: list[str] = []  # "param", "buffer", "input", "cache" (shard_opt.kind; default input)
 
     @staticmethod
-    def of(module, arg_kinds: list[str] | None = None) -> "Graph":
+    def of(module, arg_kinds: list[str] | None = None, *, through_constraints: bool = False) -> "Graph":
         """The graph of ``module``'s ``@main``; ``arg_kinds`` (the frontend's argument kinds)
-        default to the ``shard_opt.kind`` argument attributes."""
+        default to the ``shard_opt.kind`` argument attributes. ``through_constraints``: an
+        ``sdy.sharding_constraint`` is no node, its result the value it constrains (the
+        computation, as a fusion pattern reads it, whether or not a plan's constraints are in
+        the module yet)."""
         g = Graph()
         g.module = module  # the nodes' operations live as long as their module
         func = ir.main_func(module)
@@ -104,6 +107,9 @@ class Graph:
             g.args.append(value(a, arg=a.arg_number))
         g.arg_kinds = list(arg_kinds) if arg_kinds else _arg_kinds(func, len(g.args))
         for op in block.operations:
+            if through_constraints and op.operation.name == "sdy.sharding_constraint":
+                ids[op.results[0]] = ids[op.operands[0]]
+                continue
             n = len(g.nodes)
             operands = []
             for v in op.operands:
