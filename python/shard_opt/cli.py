@@ -656,7 +656,8 @@ def _verify_numerics(outcomes) -> list:
         res = verify.verify_numerics(o.annotated_text, num_devices=n)
         o.plan.numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err,
                               "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
-                              "num_devices": res.num_devices, "seed": res.seed}
+                              "num_devices": res.num_devices, "seed": res.seed, "reference": res.reference,
+                              "precision_rel_err": res.precision_rel_err}
         sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
         if not res.passed:
             failed.append(o)
