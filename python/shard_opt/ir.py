@@ -346,6 +346,9 @@ def _device_array(x, devices, op_sharding):
 def xla_execute(executable, inputs, output_shapes=None) -> list[list[tuple[tuple, object]]]:
     """Run ``executable`` on global numpy ``inputs``; every device's piece of every output.
 
+    An input may be a callable returning the array: it is called when the input is placed
+    on the devices, so a temporary (a widened copy) lives no longer than that.
+
     Each input is split the way the compiled program expects (XLA's own parameter
     shardings, so the plan's ``sdy.sharding`` is honoured exactly, sub-axes included).
     Returns, per output, ``[(index, array), ...]``: one entry per device, ``index`` a
@@ -367,7 +370,8 @@ def xla_execute(executable, inputs, output_shapes=None) -> list[list[tuple[tuple
         in_shardings = []
     if len(in_shardings) != len(inputs):
         in_shardings = [None] * len(inputs)
-    args = [_device_array(np.asarray(x), devices, s) for x, s in zip(inputs, in_shardings)]
+    # an input may be a callable that makes the array (freed once it is on the devices)
+    args = [_device_array(np.asarray(x() if callable(x) else x), devices, s) for x, s in zip(inputs, in_shardings)]
     results = executable.execute_sharded(args)
     per_output = results.disassemble_into_single_device_arrays()
     try:
