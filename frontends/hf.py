@@ -59,6 +59,31 @@ def text_config(model: nn.Module):
         return cfg
 
 
+def kv_heads_of(cfg, *, cache: bool = False) -> int:
+    """Key/value heads of a text config: ``num_key_value_heads`` (Llama and most), else
+    Falcon's own fields, else ``multi_query`` (one KV head: GPT-BigCode), else
+    ``num_kv_heads``, else the query heads.
+
+    Falcon (transformers 5.24 ``modeling_falcon.FalconAttention``) has no
+    ``num_key_value_heads``: ``multi_query`` (Falcon-7B) means one KV head, whatever
+    ``num_kv_heads`` says (the config sets it to the query heads); the new decoder
+    architecture (Falcon-40B/180B) has ``num_kv_heads`` K/V heads, broadcast to every
+    query head before attention, so with ``cache=True`` (what the KV cache holds,
+    ``layer_past.update`` gets the broadcast tensors) it is the query heads.
+    """
+    heads = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None)
+    if kv:
+        return int(kv)
+    if getattr(cfg, "model_type", None) == "falcon":
+        if getattr(cfg, "new_decoder_architecture", False):
+            return heads if cache else int(getattr(cfg, "num_kv_heads", None) or heads)
+        return 1 if getattr(cfg, "multi_query", False) else int(getattr(cfg, "num_kv_heads", None) or heads)
+    if getattr(cfg, "multi_query", False):
+        return 1
+    return int(getattr(cfg, "num_kv_heads", None) or heads)
+
+
 def token_inputs(prog) -> tuple[int, int] | None:
     """``(batch, seq_len)`` when the program's inputs are the token ids of a Hugging Face
     text model: every input a 2-D integer tensor of one shape (``input_ids``,
@@ -108,6 +133,12 @@ def adapt_prefill(prog, *, batch: int | None = None, seq_len: int | None = None)
                                    "inputs": list(prog.input_names)}
 
 
+# transformers' layer types (configuration_utils.ALLOWED_ATTN_LAYER_TYPES) whose decode
+# state is not a key/value cache: recurrent layers (Mamba, Gated DeltaNet: Qwen3.5's
+# hybrid linear attention), convolution states, and layers that combine attention with one.
+_STATE_LAYER_TYPES = ("linear_attention", "mamba", "mamba2", "conv", "hybrid", "hybrid_sliding")
+
+
 def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.dtype, where: str):
     """A ``TorchProgram`` for one decode step of an HF causal LM (see module docstring)."""
     from shard_opt.frontends.torch_frontend import TorchProgram
@@ -119,11 +150,20 @@ def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.d
             f"{where}: --phase decode needs a Hugging Face causal LM (a model with .config and a "
             f"forward taking a KV cache); use --phase prefill for this model"
         )
+    stateful = [(i, t) for i, t in enumerate(getattr(cfg, "layer_types", None) or []) if t in _STATE_LAYER_TYPES]
+    if stateful:
+        kinds = sorted({t for _, t in stateful})
+        raise UserError(
+            f"{where}: --phase decode: {type(model).__name__} has {', '.join(kinds)} layers "
+            f"({len(stateful)} of {len(cfg.layer_types)}: layer{'s' if len(stateful) > 1 else ''} "
+            f"{', '.join(str(i) for i, _ in stateful)}), which carry a recurrent state rather than a "
+            f"key/value cache; shard-opt's decode models a KV cache only: use --phase prefill"
+        )
     from transformers import DynamicCache
 
     n_layers = getattr(cfg, "num_hidden_layers", None) or len(_decoder_layers(model))
     heads = cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    kv_heads = kv_heads_of(cfg, cache=True)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     ids = torch.zeros((batch, 1), dtype=torch.long)
     inputs, names, kinds = [ids], ["input_ids"], ["input"]

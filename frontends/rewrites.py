@@ -241,8 +241,47 @@ def _dense_experts_forward(self, hidden_states, top_k_index, top_k_weights):
     return torch.einsum("teh,te->th", out, routing.to(out.dtype))
 
 
+def _is_hf_experts(m: torch.nn.Module) -> bool:
+    """Other layouts of transformers 5.x' experts (``@use_experts_implementation``, which sets
+    ``is_transposed``, ``is_concatenated``, ``has_bias``, ``has_gate``, ``has_post_expert_norm``
+    on the module): GPT-OSS's ``gate_up_proj`` [E, H, 2I] (transposed) with biases and an
+    interleaved gate/up (its own ``_apply_gate``), and kin. Not matched with a post-expert
+    norm (``module_rewrites`` names it as unsupported instead)."""
+    if not all(hasattr(m, a) for a in ("is_transposed", "has_bias", "has_gate", "_apply_gate")):
+        return False
+    params = getattr(m, "_parameters", {})
+    up = params.get("gate_up_proj" if m.has_gate else "up_proj")
+    dn = params.get("down_proj")
+    if up is None or dn is None or up.dim() != 3 or dn.dim() != 3 or up.shape[0] != dn.shape[0]:
+        return False
+    if m.has_bias and (params.get(("gate_up_proj" if m.has_gate else "up_proj") + "_bias") is None
+                       or params.get("down_proj_bias") is None):
+        return False
+    return not getattr(m, "has_post_expert_norm", False)
+
+
+def _dense_hf_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """``_dense_experts_forward`` for the layouts ``_is_hf_experts`` matches: the module's
+    own flags say whether the weights are transposed ([E, H, out] instead of [E, out, H])
+    and carry biases; its ``_apply_gate`` splits and gates the projection (GPT-OSS's
+    interleaved, clamped SwiGLU, or transformers' default chunk + ``act_fn``)."""
+    num_experts = self.down_proj.shape[0]
+    one_hot = F.one_hot(top_k_index, num_classes=num_experts).to(top_k_weights.dtype)  # [T, k, E]
+    routing = (one_hot * top_k_weights.unsqueeze(-1)).sum(dim=1)  # [T, E]
+    name = "gate_up_proj" if self.has_gate else "up_proj"
+    proj = torch.einsum("th,eho->teo" if self.is_transposed else "th,eoh->teo", hidden_states, getattr(self, name))
+    if self.has_bias:
+        proj = proj + getattr(self, name + "_bias").unsqueeze(0)
+    inner = self._apply_gate(proj) if self.has_gate else self.act_fn(proj)  # [T, E, I]
+    out = torch.einsum("tei,eih->teh" if self.is_transposed else "tei,ehi->teh", inner, self.down_proj)
+    if self.has_bias:
+        out = out + self.down_proj_bias.unsqueeze(0)
+    return torch.einsum("teh,te->th", out, routing.to(out.dtype))
+
+
 MODULE_REWRITES: list[tuple[Callable[[torch.nn.Module], bool], Callable]] = [
     (_is_stacked_experts, _dense_experts_forward),
+    (_is_hf_experts, _dense_hf_experts_forward),
 ]
 
 REWRITE_TABLE = [
@@ -265,6 +304,14 @@ REWRITE_TABLE = [
         "HF routes through aten.histc (torch-mlir cannot legalize it) or a data-dependent "
         "loop torch.export rejects (references/toolchain.md); dense keeps E as a shardable dim",
     ),
+    RewriteEntry(
+        "transformers experts of other layouts (GptOssExperts and kin: @use_experts_implementation "
+        "flags, e.g. gate_up_proj [E,H,2I] transposed, biases, interleaved clamped SwiGLU)",
+        "the same dense formulation, reading the module's is_transposed / has_bias / has_gate flags "
+        "and gating with its own _apply_gate",
+        "transformers' default experts path (grouped_mm) fails torch.export on meta weights "
+        "('Invalid strides/sizes, got (0, 0, 0)', seen here with GPT-OSS); the eager loop is data-dependent",
+    ),
 ]
 
 
@@ -276,6 +323,13 @@ def module_rewrites(model: torch.nn.Module):
     """
     patched = []
     for path, m in model.named_modules():
+        if getattr(m, "has_post_expert_norm", False) is True and hasattr(m, "down_proj"):
+            from shard_opt.errors import UserError
+
+            raise UserError(
+                f"{path or 'model'} ({type(m).__name__}): experts with a norm after each expert "
+                f"(has_post_expert_norm) are not supported by shard-opt's mixture-of-experts rewrite, "
+                f"and transformers' own experts path does not export; report the model")
         for pred, fwd in MODULE_REWRITES:
             if pred(m):
                 had = "forward" in m.__dict__

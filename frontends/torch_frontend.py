@@ -336,7 +336,9 @@ def attention_shape(model) -> dict | None:
     heads = getattr(cfg, "num_attention_heads", None) if cfg is not None else None
     if not isinstance(heads, int):
         return None
-    kv = getattr(cfg, "num_key_value_heads", None) or heads
+    from shard_opt.frontends.hf import kv_heads_of
+
+    kv = kv_heads_of(cfg)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     return {"heads": heads, "kv_heads": kv, "head_dim": head_dim}
 
