@@ -413,11 +413,11 @@ def random_inputs(arg_types, seed: int = 0, bounds: dict[int, int] | None = None
 
 # Peak resident memory of a --verify-numerics run per byte of the module's arguments (at
 # their own precision). Measured (benchmarks/verify/measure.sh, benchmarks/results.md): the
-# 2-layer GPT-J-width model in bf16 on 1x8, 1.63 GB of weights, peaks at 9.26 GB, 5.7x;
-# most of it while the sharded program runs: XLA's CPU backend widens each device's bf16
-# weight shards to f32 and the devices run at once. The check refuses up front when this
-# times the weights is more than the machine has available, instead of being killed.
-MEMORY_PER_ARGUMENT_BYTE = 6.0
+# 2-layer GPT-J-width model in bf16 on 1x8, 1.63 GB of weights, peaks at 12.4 GB (7.6x)
+# with both programs widened to f32; most of it while the sharded program runs (every
+# device's f32 shards, the devices running at once). The check refuses up front when this
+# times the arguments is more than the machine has available, instead of being killed.
+MEMORY_PER_ARGUMENT_BYTE = 8.0
 
 
 def _available_bytes() -> int | None:
@@ -445,8 +445,8 @@ def check_memory(arguments, *, where: str) -> None:
     if avail is not None and need > avail:
         raise UserError(
             f"{where}: --verify-numerics needs about {need / 1e9:.1f} GB (~{MEMORY_PER_ARGUMENT_BYTE:g}x the "
-            f"{total / 1e9:.2f} GB of weights and inputs: XLA's CPU backend runs every device at once, its "
-            f"weights widened to f32) and {avail / 1e9:.1f} GB is available; check the plan on fewer layers "
+            f"{total / 1e9:.2f} GB of weights and inputs: XLA's CPU backend runs every device at once, in "
+            f"f32) and {avail / 1e9:.1f} GB is available; check the plan on fewer layers "
             f"(--layers N) or drop --verify-numerics")
 
 
