@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
-from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
+from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
@@ -854,21 +854,25 @@ def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec, limit: dict,
     under the rules the search is held to (``_held_to_rules``); also the spec by role
     within those rules (what the baseline's figure prices)."""
 
+    acts = user.constraints()  # the loader's activation spec, priced with its weight spec
+
     def priced(by_role: dict) -> tuple[dict, Score]:
-        score = scorer.score_by_role(by_role)
+        score = scorer.score_by_role(by_role, acts)
         out = score_dict(score)
         out.update({
             "source": user.source, "where": user.where, "mesh": user.mesh,
             "arguments": {role: sh.axis_names() for role, sh in by_role.items()},
             "unmatched": user.unmatched, "not_dividing": user.not_dividing,
         })
-        per_layer, layer = layer_bill(scorer, by_role=by_role)
+        if user.activations:
+            out["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
+        per_layer, layer = layer_bill(scorer, by_role=by_role, constraints=acts)
         if per_layer is not None:
             out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
         else:  # priced whole: the spec's collectives by component, as the plan lists its own
             args = {a.index: a for a in model.arguments}
             out["collectives"] = [collective_entry(c, args)
-                                  for c in scorer.facts_of(shardings_by_role(model, by_role)).collectives]
+                                  for c in scorer.facts_of(shardings_by_role(model, by_role), acts).collectives]
         return out, score
 
     written, score = priced(user.by_role)
@@ -923,13 +927,15 @@ def _delta(alt: Score, base: Score) -> dict:
             "delta_ccls": d_ccl, "delta_bytes": d_bytes, "reason": ", ".join(words)}
 
 
-def layer_bill(scorer, *, by_role=None, groups=None, assignment=None) -> tuple[int | None, list[dict]]:
+def layer_bill(scorer, *, by_role=None, groups=None, assignment=None,
+               constraints=None) -> tuple[int | None, list[dict]]:
     """The collectives of one repeated layer: the 2-layer model's minus the 1-layer model's
-    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole."""
+    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole.
+    ``constraints``: with ``by_role``, a loader's activation spec (``LoaderSpec.constraints``)."""
     if not isinstance(scorer, LayeredEvaluator):
         return None, []
     if by_role is not None:
-        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role)) for e in (scorer.e1, scorer.e2))
+        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role), constraints) for e in (scorer.e1, scorer.e2))
     else:
         f1, f2 = (e.facts(groups, assignment) for e in (scorer.e1, scorer.e2))
 
@@ -1077,7 +1083,7 @@ def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[di
         s = _price(model, scorer, kept)
         return {**score_dict(s), "arguments": _split_arguments(model, kept)}, s
 
-    out["autoshard-heuristic"] = _held_to_rules(written, score, adjusted, reprice)
+    out[ONE_AXIS] = _held_to_rules(written, score, adjusted, reprice)
     return out, kept
 
 
@@ -1109,10 +1115,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     existing = analysis.arg_shardings(ir.main_func(module))
     shardings = {i: s for i, s in enumerate(existing) if s is not None}
     user = loader_spec(model, mesh) if not shardings else None
+    acts = {}
     if user is not None:  # a load script's own spec (or --spec): that is the plan to price
         shardings = shardings_by_role(model, user.by_role)
+        acts = user.constraints()  # with its activation spec
     ev = Evaluator(model, mesh, system, cm, **opts.setting())
-    final = ev.run(shardings, keep_ir=True)
+    final = ev.run(shardings, constraints=acts, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan["propagation"] = opts.propagation
     _note_weights(plan, opts.weights, model)
@@ -1129,6 +1137,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         plan["baselines"] = {"loader-spec": {**plan["cost"], "source": user.source, "where": user.where,
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
+        if user.activations:
+            plan["baselines"]["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
         if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
             plan["baselines"]["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
         if user.mesh and list(user.mesh) != list(mesh.shape):
