@@ -8,7 +8,9 @@ tt-forge-models or tt-xla), on the mesh its ``get_mesh_config(N)`` names for N =
     python -m shard_opt.cli SCRIPT --mesh M [--phase decode] --plan-json TMP --quiet -o /dev/null
 
 in its own process and reads two prices from the plan JSON, both from the same cost
-model: the expert spec's (``baselines["loader-spec"]``) and shard-opt's own plan's
+model: the expert spec's (``baselines["loader-spec"]``: its weight spec and, where the
+loader has ``load_activation_shard_spec``, its activation constraints -- the Wan DiT's
+sequence parallelism, since 2026-12-02) and shard-opt's own plan's
 (``cost``). Columns: modeled microseconds of each, plan / expert (< 1: shard-opt's plan
 is modeled faster), and the collectives of one repeated layer of each
 (``loader-spec.ccl_per_layer``, ``cost.ccl_per_layer``).
@@ -239,6 +241,7 @@ def summarize(row: Row, result: dict) -> dict:
         out["expert_ccl_per_layer"] = expert.get("ccl_per_layer")
         out["expert_unmatched"] = len(expert.get("unmatched") or [])
         out["expert_not_dividing"] = len(expert.get("not_dividing") or [])
+        out["expert_activations"] = len(expert.get("activations") or {})
     if row.script.bill == "dit":
         out["bill"] = dit_bill(plan, expert)
     elif row.script.bill == "vae":
@@ -256,11 +259,28 @@ def big_small(collectives: list[dict]) -> tuple[int, int]:
 
 
 def dit_bill(plan: dict, expert: dict | None) -> str:
-    """Per-block CCLs of the expert spec and of the plan, in the seed page's big/small terms."""
-    exp = NO_BASELINE if expert is None else "%d big + %d small" % big_small(expert.get("layer_collectives") or [])
+    """Per-block CCLs of the expert spec and of the plan, in the seed page's big/small terms,
+    each with its collectives by kind and axis (the page's are 2 SP all_gathers + 3 TP
+    all_reduces big, 4 norm-stats all_reduces small on 8x4)."""
+    exp = NO_BASELINE if expert is None else bill_text(expert.get("layer_collectives") or [])
     layer, derived = plan_layer_collectives(plan)
-    mine = "%d big + %d small" % big_small(layer) + ("*" if derived else "")
+    mine = bill_text(layer) + ("*" if derived else "")
     return f"per block: expert {exp} / plan {mine} ({SEED_DIT})"
+
+
+def bill_text(collectives: list[dict]) -> str:
+    """``5 big + 4 small (big: all_gather@batch x2, all_reduce@model x3; small: ...)``."""
+    big, small = big_small(collectives)
+    if not collectives:
+        return "0 big + 0 small"
+    top = max(c["bytes_per_device"] for c in collectives)
+
+    def kinds(want_big: bool) -> str:
+        n = Counter(f"{c['kind']}@{'+'.join(c.get('axes') or [])}" for c in collectives
+                    if (c["bytes_per_device"] >= BIG_FRACTION * top) == want_big)
+        return ", ".join(f"{k} x{v}" for k, v in sorted(n.items())) or "none"
+
+    return f"{big} big + {small} small (big: {kinds(True)}; small: {kinds(False)})"
 
 
 def plan_layer_collectives(plan: dict) -> tuple[list[dict], bool]:
@@ -337,6 +357,8 @@ def cells(s: dict) -> list[str]:
             notes.append(f"{s['expert_unmatched']} spec entries unmatched")
         if s.get("expert_not_dividing"):
             notes.append(f"{s['expert_not_dividing']} not dividing")
+        if s.get("expert_activations"):
+            notes.append(f"{s['expert_activations']} activation-spec entries priced")
     return [s["model"], s["mesh"], s["phase"], expert_us, num(s.get("plan_us")), ratio, expert_ccl,
             num(s.get("plan_ccl_per_layer"), "{}"), wall, "; ".join(notes)]
 
