@@ -46,6 +46,7 @@ def test_the_activation_spec_is_priced_and_differs_from_the_weight_spec_alone(ru
 def test_evaluate_prices_the_activation_spec_too(run_cli, tmp_path):
     plan, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate")
     assert any(c["kind"] == "all_gather" and c["axes"] == ["batch"] for c in plan["collectives"])
+    assert plan["baselines"]["loader-spec"]["activations"]["proj_out"] == [[[], [], []]]
     alone, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", name="alone.json")
     assert alone["cost"]["total_us"] != plan["cost"]["total_us"]
 

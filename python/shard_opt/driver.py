@@ -1202,7 +1202,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.setdefault("notes", []).append(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
-    annotated = annotate(model, mesh, shardings, allow=opts.allow)
+    annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
     if opts.check:
         with timing.phase("check"):
             check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
