@@ -63,3 +63,21 @@ def test_a_json_spec_names_intermediates_by_op_and_shapes(run_cli, tmp_path):
     base = plan["baselines"]["loader-spec"]
     assert any(u.startswith("stablehlo.transpose 1x2x3->3x2x1") for u in base["unmatched"])
     assert any(c["axes"] == ["batch"] for c in plan["collectives"])
+
+
+def test_the_dit_bill_counts_collectives_by_kind_and_skips_slices():
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_experts
+
+    def c(kind, axes, n):
+        return {"kind": kind, "axes": axes, "bytes_per_device": n}
+
+    layer = [c("all_gather", ["batch"], 800), c("all_gather", ["batch"], 800), c("all_reduce", ["model"], 1000),
+             c("all_reduce", ["model"], 10), c("all_slice", ["batch"], 1000)]
+    text = bench_experts.bill_text(layer)
+    assert text.startswith("3 big + 1 small")  # the all_slice moves nothing: not a CCL
+    assert "all_gather@batch x2" in text and "small: all_reduce@model x1" in text
+    expert = {"collectives": [{**x, "layer": 0} for x in layer] + [{**layer[2], "layer": 1}]}
+    assert "expert 3 big + 1 small" in bench_experts.dit_bill({"layer_collectives": layer}, expert)
