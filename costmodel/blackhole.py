@@ -91,6 +91,9 @@ PEAK_TFLOPS = {"LoFi": 110 * 5.4, "HiFi2": 110 * 2.7, "HiFi4": 110 * 1.35}
 # Prefetched matmuls: no Blackhole prefetcher layout is published (Prefetcher.md: "For
 # other device architectures we can have one prefetch serving more or less Matmul cores"),
 # so they keep the full grid (prefetch_compute_share 1.0), not Wormhole's 24 of 64.
+# Kernel latencies and the prefill DRAM share are Wormhole's (wormhole.KERNEL_LATENCY_US,
+# PREFILL_WEIGHT_EFFICIENCY, as a share of Blackhole's 512 GB/s): no Blackhole per-op
+# measurement is in the references (unconfirmed).
 GENERIC_COMPUTE = dataclasses.replace(
     wormhole.GENERIC_COMPUTE, dram_efficiency=500.5 / 512 * 190 / 267, prefetch_compute_share=1.0,
     sources=("tt-metal tech_reports/Saturating_DRAM_bandwidth/Saturating_DRAM_bandwidth_Blackhole.md",),

@@ -46,6 +46,15 @@ class Compute:
       prefetch_compute_share: with prefetched weights (the ``prefetch_weights`` option:
         tt-metal's DRAM prefetcher), the share of the compute grid a matmul runs on -- the
         prefetcher's receiver cores; 1.0 where no layout is published (the full grid).
+      latency_us: per kernel class (``KERNEL_CLASSES``: ``matmul``, ``norm``, ``sdpa``,
+        ``cache_update``, ``gather``), the fixed time a kernel of that class takes on top
+        of its roofline (program start on its cores, circular-buffer setup, cross-core
+        reductions and ring passes). Fitted to decode kernels (32 rows or fewer: the
+        decode regime, docs/costmodel.md 2.0); a class not listed has none (the roofline,
+        at least ``kernel_floor_us``).
+      prefill_weight_efficiency: the DRAM share at which a matmul in the prefill regime
+        (more than ``DECODE_ROWS`` activation rows) streams its weight; its activations
+        keep ``dram_efficiency``. None: the weight too, as in decode.
     """
 
     name: str
@@ -58,6 +67,8 @@ class Compute:
     dispatch_us: dict[str, float] = field(hash=False, compare=False)
     sources: tuple[str, ...] = ()
     prefetch_compute_share: float = 1.0
+    latency_us: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
+    prefill_weight_efficiency: float | None = None
 
     def fidelity_of(self, weight_format: str | None) -> str:
         if self.fidelity == "hifi4":
@@ -66,6 +77,24 @@ class Compute:
 
 
 COMPUTE_PROFILES = ("generic", "tuned")
+
+# The kernel classes ``Compute.latency_us`` is keyed by (``kernel_class``).
+KERNEL_CLASSES = ("matmul", "norm", "sdpa", "cache_update", "gather")
+_MATMUL_KINDS = ("matmul", "linear", "conv")
+
+# A matmul whose activation has more rows than this is in the prefill regime: one tile row
+# (32) is what every decode kernel the latencies were fitted to reads (batch 32 or less).
+DECODE_ROWS = 32
+
+
+def kernel_class(kind: str, name: str = "") -> str:
+    """The ``KERNEL_CLASSES`` entry of a device op (its ``OpWork.kind``), or ``""``:
+    matmul-like fused groups are ``matmul``; ``cache_update`` is the KV-cache append of a
+    decode step (the concatenate / dynamic_update_slice / scatter whose target is a cache
+    argument, ``shard_opt.analysis``). ``name`` is accepted for callers that have it."""
+    if kind in _MATMUL_KINDS:
+        return "matmul"
+    return kind if kind in ("norm", "sdpa", "gather", "cache_update") else ""
 
 # Usable share of DRAM: the rest is left to firmware, dispatch, program cache and
 # fragmentation. Our choice, unconfirmed by a measurement.
@@ -318,7 +347,8 @@ class System:
                         floor: bool = True) -> float:
         """Roofline time (us) of one op on one chip: the slower of math and DRAM traffic,
         at least the profile's shortest kernel. ``flops`` and ``nbytes`` (operands read +
-        results written) are per chip."""
+        results written) are per chip. No kernel latency (it has no op class): the cost
+        models price ops through ``TenstorrentModel.kernel_us``."""
         c = self.compute_profile(profile)
         math_us = flops / (self.peak_flops_per_us(fidelity) * c.matmul_efficiency[fidelity])
         t = max(math_us, self.dram_us(nbytes, c.dram_efficiency))

@@ -16,9 +16,16 @@ collective_permute ``inf`` unless allowed).
 
 Compute: a roofline per device op, at least the shortest kernel::
 
-    op_us = max(flops / (peak(fidelity) * matmul_efficiency[fidelity]),
-                (bytes_in + bytes_out) / (dram_gbps * dram_efficiency),
+    op_us = max(latency_us[class] + max(flops / (peak(fidelity) * matmul_efficiency[fidelity]),
+                                        (bytes_in + bytes_out) / (dram_gbps * dram_efficiency)),
                 kernel_floor_us)
+
+``latency_us`` is the fixed time of a kernel class (matmul, norm, sdpa, KV-cache update,
+gather), fitted to tt-metal's standalone decode kernels (``wormhole.GALAXY_KERNELS``).
+The latencies are the decode regime's (``regime``: 32 activation rows or fewer); a matmul
+in the prefill regime streams its weight at ``prefill_weight_efficiency`` (fitted to
+tt-metal's 128-token Galaxy prefill) and its activations at ``dram_efficiency``; long
+prompts are math bound and keep the large-matmul efficiency (docs/costmodel.md 2.0).
 
 A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak and reads
 its KV at ``sdpa_dram_efficiency``. Every device op and every collective also pays the
@@ -39,7 +46,7 @@ import math
 from dataclasses import dataclass
 
 from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
-from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, System
+from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, DECODE_ROWS, System, kernel_class
 from shard_opt.errors import UserError
 from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
 
@@ -109,13 +116,36 @@ class TenstorrentModel(CostModel):
         compute grid, at least the shortest kernel."""
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
+        latency = c.latency_us.get(kernel_class(op.kind, op.name), 0.0)
         if op.kind == "sdpa":
             math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)
-            return max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency), c.kernel_floor_us)
+            return max(latency + max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency)), c.kernel_floor_us)
         fidelity = c.fidelity_of(op.fidelity)
         eff = self.matmul_efficiency if self.matmul_efficiency is not None else c.matmul_efficiency[fidelity]
         math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff * share)
-        return max(math_us, system.dram_us(nbytes, dram), c.kernel_floor_us)
+        if (self.dram_efficiency is None and c.prefill_weight_efficiency is not None and op.weight_bytes
+                and nbytes >= op.weight_bytes and self.regime(op) == "prefill"):
+            # docs/costmodel.md 2.0: a prefill matmul streams its weight at its own share
+            dram_us = (system.dram_us(nbytes - op.weight_bytes, dram)
+                       + system.dram_us(op.weight_bytes, c.prefill_weight_efficiency))
+        else:
+            dram_us = system.dram_us(nbytes, dram)
+        return max(latency + max(math_us, dram_us), c.kernel_floor_us)
+
+    @staticmethod
+    def regime(op: OpWork) -> str:
+        """``decode`` or ``prefill``: which calibration regime an op is priced in. A matmul
+        with a weight is ``prefill`` when its activation has more than ``DECODE_ROWS`` rows
+        (rows = flops / (2 x weight elements)); everything else is ``decode``: it is priced
+        with the decode regime's constants, the only ones its class has (norms and
+        attention have no prefill constant; docs/costmodel.md 2.0)."""
+        if op.kind in MATMUL_KINDS and op.weight_bytes:
+            from shard_opt.facts import dtype_bytes
+
+            elements = op.weight_bytes / dtype_bytes(op.fidelity or "bf16")
+            if elements and op.flops / (2 * elements) > DECODE_ROWS:
+                return "prefill"
+        return "decode"
 
     def price(self, facts: ModuleFacts, system: System) -> Cost:
         if not self.prefetch_weights:

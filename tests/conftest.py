@@ -51,3 +51,43 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+# Small real runs whose plans the report and citation tests read (``real_plan``): every
+# field is what the search writes, none added by hand.
+SCRIPTS = os.path.join(ROOT, "tests", "fixtures", "scripts")
+REAL_RUNS = {
+    # 2-layer Llama-3-8B: Megatron pairs, two all_reduces per layer, bfp8/bfp4 weights
+    "llama8b": ["zoo:llama-3-8b", "--layers", "2", "--mesh", "2x4", "--weight-dtype", "bfp8,mlp=bfp4"],
+    # GPT-2 XL, 2 layers: Conv1D weights ([in, out]), a plan that is not robust
+    "gpt2": ["zoo:gpt2-xl", "--layers", "2", "--mesh", "2x4"],
+    # a small Llama with the loader's own shard spec: loader-spec baseline and comparison
+    "spec": [os.path.join(EXAMPLES, "llama_spec_load.py"), "--mesh", "2x4"],
+    # Qwen3.5 attention at its own shape: the heads rule and what it cost, reshape sites
+    "qwen35": [os.path.join(SCRIPTS, "qwen35_attention.py"), "--mesh", "1x8"],
+    # a UNet res-block: convolutions, no token inputs
+    "unet": [os.path.join(SCRIPTS, "unet_resblock.py"), "--mesh", "1x8"],
+}
+
+
+@pytest.fixture(scope="session")
+def real_plan(tmp_path_factory):
+    """``real_plan(name)``: the ``Plan`` the CLI writes for ``REAL_RUNS[name]`` (run once a
+    session, in-process); each call returns a fresh copy, free to edit."""
+    import json
+
+    from shard_opt.cli import main
+    from shard_opt.plan import plan_from_json
+
+    d = tmp_path_factory.mktemp("real-plans")
+    cache: dict[str, str] = {}
+
+    def get(name: str):
+        if name not in cache:
+            path = d / f"{name}.json"
+            code = main([*REAL_RUNS[name], "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"])
+            assert code == 0, f"{name}: shard-opt exited {code}"
+            cache[name] = path.read_text()
+        return plan_from_json(json.loads(cache[name]), where=name)
+
+    return get

@@ -1,6 +1,6 @@
 """What the plan weighed: per group the options a reader asks about (replicated, the
 Megatron role, the best other) priced on the whole model; and whether the winner still
-wins when the cost model is wrong by 2x either way (driver._alternatives, _robustness)."""
+wins when the cost model is wrong by 2x either way (explain._alternatives, _robustness)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """--emit-lit-test: a lit + FileCheck test that pins the plan's collectives."""
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 from shard_opt.emit.lit_test import collective_checks, emit_lit_test
+from shard_opt.plan import Plan, PlanSchemaError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,10 +36,11 @@ def _annotated_and_evaluated():
     PassManager(parse_pipeline("add-mesh, apply-shardings"), ctx).run(m)
     annotated = ir.print_module(m)
     PassManager(parse_pipeline("shardy-propagate, collect-collectives"), ctx).run(m)
-    plan = {"model": "mlp", "mesh": {"shape": [2, 4], "axes": ["batch", "model"]}, "cost": {"total_us": 30.5},
-            "collectives": [{"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-                             "bytes_per_device": c.bytes_per_device, "op_index": c.op_index}
-                            for c in ctx.facts.collectives]}
+    plan = Plan(model="mlp", mesh={"shape": [2, 4], "axes": ["batch", "model"]}, cost={"total_us": 30.5},
+                system="wh-loudbox", arguments=[], baselines={}, search={},
+                collectives=[{"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
+                              "bytes_per_device": c.bytes_per_device, "op_index": c.op_index}
+                             for c in ctx.facts.collectives])
     return annotated, ir.print_module(m), plan
 
 
@@ -90,7 +93,7 @@ def test_changing_one_check_line_fails(mlp, tmp_path, old, new):
 
 def test_an_extra_collective_fails(mlp, tmp_path):
     annotated, evaluated, plan = mlp
-    fewer = dict(plan, collectives=plan["collectives"][:1])
+    fewer = dataclasses.replace(plan, collectives=plan.collectives[:1])
     r = _filecheck(emit_lit_test(annotated, fewer, run_args="", pin_annotations=False), evaluated, tmp_path)
     assert r.returncode != 0 and "CHECK-NOT" in r.stderr
 
@@ -103,7 +106,7 @@ def test_brackets_filecheck_would_read_are_literal():
 
 def test_representative_block_plans_are_refused(mlp):
     annotated, _, plan = mlp
-    p = dict(plan, collectives=[dict(plan["collectives"][0], count=32)])
+    p = dataclasses.replace(plan, collectives=[dict(plan.collectives[0], count=32)])
     with pytest.raises(ValueError):
         emit_lit_test(annotated, p, run_args="")
 
@@ -134,3 +137,11 @@ def test_committed_lit_fixture_matches_the_emitter(mlp):
     generated = [ln for ln in emit_lit_test(annotated, plan, run_args="--mesh 2x4").splitlines()
                  if ln.startswith("// CHECK")]
     assert checks == generated
+
+
+def test_a_plan_json_of_another_version_is_refused(mlp):
+    annotated, _, plan = mlp
+    data = plan.to_json()
+    assert emit_lit_test(annotated, data, run_args="") == emit_lit_test(annotated, plan, run_args="")
+    with pytest.raises(PlanSchemaError, match="schema_version 0"):
+        emit_lit_test(annotated, {**data, "schema_version": 0}, run_args="")

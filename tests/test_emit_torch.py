@@ -419,3 +419,74 @@ def test_a_loader_method_that_is_assigned_is_a_user_error(plan):
     src = "from base import BaseLoader, build\n\n\nclass ModelLoader(BaseLoader):\n    load_model = build\n"
     with pytest.raises(UserError, match="ModelLoader.load_model is assigned"):
         emit_target(src)
+
+
+# A load script whose model is built on the meta device, in three ways: a with-block and a
+# device= keyword in its functions (the emitted script builds those on the CPU), a meta
+# skeleton the script fills itself (left as it is), and module-level code (left as it is:
+# it runs before the block).
+META_SCRIPT = '''\
+import torch
+
+SKELETON = torch.empty(2, device="meta")
+
+
+def _norm():
+    return torch.nn.LayerNorm(16, device="meta")
+
+
+def _filled():
+    with torch.device("meta"):
+        m = torch.nn.Linear(16, 16)
+    m.load_state_dict({"weight": torch.ones(16, 16), "bias": torch.zeros(16)}, assign=True)
+    return m
+
+
+def load_model():
+    with torch.device("meta"):
+        model = LM()
+    model.norm = _norm()
+    model.filled = _filled()
+    return model
+
+
+def load_inputs():
+    return (torch.zeros(2, 8, dtype=torch.long, device="meta"),)
+'''
+
+
+def test_a_meta_model_is_built_with_weights_in_the_emitted_script(plan):
+    src = TINY_SCRIPT.replace("def load_model():\n    return LM()\n\n\ndef load_inputs():\n"
+                              "    return (torch.zeros(2, 8, dtype=torch.long),)\n", META_SCRIPT)
+    out = emit_torch(src, plan)
+    assert 'SHARD_OPT_WEIGHTS_DEVICE = "cpu"' in out
+    assert "    with torch.device(SHARD_OPT_WEIGHTS_DEVICE):\n        model = LM()" in out
+    assert 'nn.LayerNorm(16, device=SHARD_OPT_WEIGHTS_DEVICE)' in out
+    assert 'SKELETON = torch.empty(2, device="meta")' in out  # module level
+    assert '    with torch.device("meta"):\n        m = torch.nn.Linear(16, 16)' in out  # fills it itself
+    assert 'torch.zeros(2, 8, dtype=torch.long, device="meta")' in out  # inputs: no values to invent
+    assert emit_torch(out, plan) == out  # idempotent: the block keeps the name it refers to
+    assert "SHARD_OPT_WEIGHTS_DEVICE" not in emit_torch(TINY_SCRIPT, plan)  # only when used
+
+
+def test_a_model_left_on_meta_says_what_to_change(plan, tmp_path):
+    for rel, text in STUBS.items():
+        path = tmp_path / "stubs" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    # to("meta") is not rewritten: shard_opt_model says what is wrong before moving it
+    src = TINY_SCRIPT.replace("    return LM()\n", "    return LM().to('meta')\n")
+    script = tmp_path / "emitted.py"
+    script.write_text(emit_torch(src, plan) + "\nload_model()\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert ("RuntimeError: load_model() returned a model without weights (model.embed_tokens.weight and 17 more "
+            "on the meta device): build it with its weights") in r.stderr
+    assert "Cannot copy out of meta tensor" not in r.stderr
+    src = TINY_SCRIPT.replace("    return (torch.zeros(2, 8, dtype=torch.long),)",
+                              "    return (torch.zeros(2, 8, dtype=torch.long, device='meta'),)")
+    script.write_text(emit_torch(src, plan) + "\nload_inputs()\n")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    assert "RuntimeError: load_inputs() returned a meta tensor [2, 8]: return inputs with values" in r.stderr

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "fidelity.py")
-KEYS = {"name", "kind", "profile", "modeled_us", "measured_us", "ratio", "source", "use"}
+KEYS = {"name", "kind", "profile", "modeled_us", "measured_us", "ratio", "source", "use", "status", "band"}
+E2E_KEYS = KEYS | {"device_us", "device_ratio", "host_us", "host_path"}
 
 
 @pytest.fixture(scope="module")
@@ -34,32 +35,92 @@ def per_op(tmp_path_factory):
     path = tmp_path_factory.mktemp("fidelity") / "rows.json"
     proc = subprocess.run([sys.executable, SCRIPT, "--only", "per-op", "--json", str(path)],
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
-    rows = json.loads(path.read_text()) if path.exists() else None
-    return proc.returncode, proc.stdout + proc.stderr, rows
+    data = json.loads(path.read_text()) if path.exists() else None
+    return proc.returncode, proc.stdout + proc.stderr, data and data["rows"], data and data["summary"]
 
 
-def test_per_op_rows_pass_or_say_why(per_op):
-    code, out, rows = per_op
+def test_per_op_rows_pass_inside_tolerance_or_their_band(per_op):
+    """Every row is inside its tolerance, or says why and sits inside the band that why
+    predicts: none without a reason, none without a band, none outside it."""
+    code, out, rows, _ = per_op
     assert code == 0, out
-    assert "NO REASON GIVEN" not in out
-    assert "FAIL" not in out
+    assert "NO REASON GIVEN" not in out and "FAIL" not in out
+    for r in rows:
+        assert r["status"] in ("inside", "waived"), r
+        if r["status"] == "waived":
+            lo, hi = r["band"]
+            assert lo <= r["ratio"] <= hi and not 0.75 <= r["ratio"] <= 1.25, r
+
+
+def test_the_gate_fails_a_row_without_a_band_or_outside_it(fidelity):
+    """A reason alone no longer passes a row: it needs the band, and the ratio inside it."""
+    row = dict(name="x", kind="per-op", profile="p", modeled_us=2.0, measured_us=1.0, source="6U", use="validation")
+    assert fidelity.Row(**row).status == "no reason"
+    assert fidelity.Row(**row, why="because").status == "no band"
+    assert fidelity.Row(**row, why="because", band=(1.5, 1.8)).status == "outside band"
+    assert fidelity.Row(**row, why="because", band=(1.8, 2.2)).status == "waived"
+    assert fidelity.Row(**{**row, "modeled_us": 1.1}).status == "inside"
+    assert [fidelity.Row(**row, why="w", band=b).passes for b in ((1.5, 1.8), (1.8, 2.2))] == [False, True]
+    report = fidelity.Report(rows=[fidelity.Row(**row, why="because", band=(1.5, 1.8))])
+    assert fidelity.summary(report)["validation per-op"]["outside band"] == 1
+
+
+def test_summary_is_split_by_use_and_kind(per_op):
+    _, out, rows, summary = per_op
+    for key in ("calibration per-op", "validation per-op"):
+        counts = summary[key]
+        use, kind = key.split(" ")
+        assert counts["rows"] == sum(r["use"] == use and r["kind"] == kind for r in rows)
+        assert counts["rows"] == sum(counts[s] for s in ("inside", "waived", "outside band", "no band", "no reason"))
+    assert "- validation per-op:" in out and "- calibration per-op:" in out
+
+
+def test_held_out_galaxy_decode_kernels(per_op, fidelity):
+    """The 6U Llama-70B decode rows no constant was fitted to (issue #21: SDPA 0.25, DO_MM
+    0.45, RMSNorm 0.49-0.51, PagedUpdateCache 0.52, QKV_MM 0.62 before the kernel
+    latencies): at least 8 of them within 25%, and these five among them."""
+    _, _, rows, summary = per_op
+    held = {r["name"]: r for r in rows if r["name"].startswith("6U ") and r["use"] == "validation"}
+    assert summary["6U per-op validation"]["rows"] == len(held) >= 12
+    assert summary["6U per-op validation"]["inside"] >= 8
+    for name in ("SDPA (decode)", "DO_MM", "RMS_0 (RMSNorm + stats all_gather, axis 1)",
+                 "RMS_1 (RMSNorm + stats all_gather, axis 1)", "PagedUpdateCache", "QKV_MM"):
+        assert held[f"6U {name}"]["status"] == "inside", held[f"6U {name}"]
+    # held out for real: the latencies' calibration points are the standalone kernels only
+    from shard_opt.costmodel import wormhole
+
+    assert all("standalone" not in op.name for op in fidelity.GALAXY_6U_OPS)
+    assert {p.source for p in wormhole.GALAXY_KERNELS} == {wormhole._OPS, wormhole._RING}
+
+
+def test_prefill_rows_say_their_regime(per_op):
+    """The prefill DRAM share is fitted to QKV_MM and matmul_ffn_2 (calibration); the
+    other three prefill matmuls are held out and inside; norm and SDPA have no prefill
+    constant and stay outside, inside their band."""
+    _, _, rows, _ = per_op
+    pre = {r["name"].removeprefix("Galaxy prefill 128 "): r for r in rows if r["name"].startswith("Galaxy prefill 128")}
+    assert len(pre) == 7
+    assert {k for k, r in pre.items() if r["use"] == "calibration"} == {"QKV_MM", "matmul_ffn_2"}
+    for k in ("matmul_attn_out", "matmul_ffn_1", "matmul_ffn_3"):
+        assert pre[k]["use"] == "validation" and pre[k]["status"] == "inside", pre[k]
+    assert all(pre[k]["status"] == "waived" for k in pre if not k.startswith(("QKV", "matmul")))
 
 
 def test_two_chip_lines_are_priced_at_their_own_rate(per_op):
     """A line of 2 plateaus below the 4-chip fit's rate (costmodel/wormhole.py
     EFFICIENCY): priced at the N=4 rate, the large N=2 transfers came out up to 1.6x
     too fast; at their own, every N=2 LoudBox point is inside."""
-    _, _, rows = per_op
+    _, _, rows, _ = per_op
     two = [r for r in rows if r["name"].startswith("LoudBox") and "line N=2" in r["name"]]
     assert len(two) == 40
     assert all(0.75 <= r["ratio"] <= 1.25 for r in two), [(r["name"], r["ratio"]) for r in two]
 
 
 def test_json_schema(per_op):
-    _, out, rows = per_op
+    _, out, rows, _ = per_op
     assert rows, out
     for r in rows:
-        assert set(r) == KEYS, r
+        assert set(r) == (E2E_KEYS if r["kind"] == "end-to-end" else KEYS), r
         assert r["kind"] in ("per-op", "layer", "end-to-end")
         assert r["use"] in ("calibration", "validation")
         assert isinstance(r["name"], str) and r["name"] and r["source"].startswith(("tt-metal", "tt-xla"))
@@ -70,18 +131,18 @@ def test_json_schema(per_op):
 
 
 def test_every_galaxy_layer_op_has_a_row(per_op, fidelity):
-    _, _, rows = per_op
+    _, _, rows, _ = per_op
     names = {r["name"] for r in rows}
     for op in fidelity.GALAXY_6U_OPS:
         assert f"6U {op.name}" in names
     assert len(fidelity.GALAXY_6U_OPS) == 16
 
 
-def test_tuned_profile_reproduces_its_calibration_points(per_op):
-    """The tuned CCL startup terms were fitted to these kernels (costmodel/wormhole.py
-    GALAXY_LLAMA70B_CCLS): the model must give them back (the two all_reduces share one
-    fitted point, their mean)."""
-    _, _, rows = per_op
+def test_tuned_profile_pins_its_calibration_points(per_op):
+    """Pins the fitted constants, not a validation: the tuned CCL startup terms were fitted
+    to these kernels (costmodel/wormhole.py GALAXY_LLAMA70B_CCLS), so the model gives them
+    back (the two all_reduces share one fitted point, their mean)."""
+    _, _, rows, _ = per_op
     cal = [r for r in rows if r["use"] == "calibration" and r["profile"].startswith("tenstorrent-tuned")
            and ("All" in r["name"] or "ReduceScatter" in r["name"])]
     assert len(cal) == 8
@@ -90,7 +151,7 @@ def test_tuned_profile_reproduces_its_calibration_points(per_op):
 
 
 def test_generic_profile_rows_are_its_calibration(per_op):
-    _, _, rows = per_op
+    _, _, rows, _ = per_op
     generic = [r for r in rows if r["profile"] == "tenstorrent"]
     assert generic and all(r["use"] == "calibration" for r in generic)
     assert any("LoudBox all_reduce ring N=8, 16 KiB" == r["name"] for r in generic)
@@ -105,6 +166,21 @@ def test_layer_of_tt_metal_ops_within_tolerance(fidelity):
     (row,) = report.rows
     assert row.kind == "layer" and row.measured_us == pytest.approx(166.67, abs=0.01)
     assert row.inside, (row.modeled_us, row.measured_us)
+
+
+def test_end_to_end_rows_carry_device_and_host(fidelity):
+    """An end-to-end row adds the host term of its execution path (costmodel/host.py) to
+    the device time and reports both ratios."""
+    from shard_opt.costmodel.host import HOST_PATHS
+
+    row = fidelity.Row("e", "end-to-end", "p", 1500.0, 2000.0, "perf", "validation", device_us=1110.0,
+                       host_us=390.0, host_path="tt-metal-traced")
+    assert row.ratio == 0.75 and row.device_ratio == pytest.approx(0.555)
+    out = row.as_json()
+    assert set(out) == E2E_KEYS and out["host_path"] in HOST_PATHS
+    assert HOST_PATHS["tt-metal-traced"].host_us == 390.0 and "49345" in HOST_PATHS["tt-metal-traced"].source
+    assert "3617" in HOST_PATHS["tt-xla-untraced"].source and HOST_PATHS["tt-metal-on-device"].host_us == 0
+    assert not hasattr(fidelity, "HOST_US")  # no borrowed per-token constant
 
 
 def test_ordering_check_fails_on_an_unpriceable_row(fidelity):

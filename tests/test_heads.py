@@ -12,7 +12,8 @@ import pytest
 
 from shard_opt import costmodel, frontends, safety
 from shard_opt.candidates import PARALLELISM, make_groups
-from shard_opt.driver import Options, kv_layout, optimize
+from shard_opt.driver import Options, optimize
+from shard_opt.explain import kv_layout
 from shard_opt.evaluate import Evaluator
 from shard_opt.sharding import Mesh, TensorSharding
 from shard_opt.structure import structure_of

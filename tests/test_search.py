@@ -114,8 +114,9 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     """Whether the space is enumerated is decided from the space and the module's op
     count, never from a measured time or the core count; and enumeration and local search
     agree here, because constraint sites are searched from several argument plans (on
-    2x4 the best refinement, 147.1 us, is of a 162.3 us argument plan, not of the 159.2 us
-    argument optimum)."""
+    2x4 the best refinement, 158.0 us with the kernel latencies and the prefill weight stream
+    of docs/costmodel.md 2.0, is found from several argument plans; at 147.1 us before them it
+    was of a 162.3 us argument plan, not of the 159.2 us argument optimum)."""
     def run(budget=search_mod.EXHAUSTIVE_OPS, jobs="1", slow=1):
         monkeypatch.setitem(search_mod.search.__kwdefaults__, "exhaustive_ops", budget)
         monkeypatch.setenv("SHARD_OPT_JOBS", jobs)
@@ -135,7 +136,7 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     for name, plan in plans.items():
         assert _the_plan(plan) == _the_plan(default), name
     if mesh == "2x4":
-        assert default["constraints"] and default["cost"]["total_us"] <= 147.2
+        assert default["constraints"] and default["cost"]["total_us"] <= 158.1
 
 
 def test_site_starts_are_the_best_distinct_times():
@@ -161,7 +162,7 @@ def test_plan_json_has_the_design_fields(mlp):
     assert c["ccl_count"] == len(plan["collectives"])
     assert c["ccl_bytes"] == sum(x["bytes_per_device"] for x in plan["collectives"])
     assert c["ccl_us"] == pytest.approx(sum(x["time_us"] for x in plan["collectives"]), abs=1e-2)
-    json.dumps(plan)  # serialisable
+    json.dumps(plan.to_json())  # serialisable
 
 
 def test_search_is_deterministic(mlp):

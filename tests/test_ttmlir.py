@@ -78,7 +78,7 @@ def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, ki
     assert chk["ttnn_ops_per_step"] > chk["priced_device_ops"]  # layout ops the compute model has no op for
     assert chk["checked_us"] >= plan["cost"]["total_us"]
     # XLA partitioned the same module: the partial sum it reduces, tt-mlir reduces too
-    assert chk["xla"]["compiled"] and chk["xla"]["reductions"] >= 1
+    assert chk["xla"]["compiled"] and chk["xla"]["reductions"] >= 1, chk["xla"]
     assert chk["xla"]["missing_reductions"] == [] and chk["likely_miscompile"] is False
     assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
     assert "shard-opt: tt-mlir: plan compiled" in err
@@ -141,3 +141,61 @@ def test_a_reduction_xla_makes_and_tt_mlir_leaves_out_is_a_likely_miscompile():
     # a reduce_scatter of the same partial sum counts (tt-mlir's all_reduce + all_slice fold)
     as_rs = full.replace('"ttir.all_reduce"', '"ttir.reduce_scatter"', 1)
     assert ttc.missing_reductions(as_rs, [2, 4], xla) == []
+
+
+# tt-mlir's TTIR of the Qwen3.5 conv fixture's spec plan (tests/fixtures/specs/deltanet_conv.json,
+# 2x4): the q*k sum, whole on each device, and the source line its location names
+_SOURCE = "\n" * 59 + ("    %44 = stablehlo.reduce(%43 init: %cst_0) applies stablehlo.add across dimensions = [2] : "
+                       "(tensor<2x64x64xbf16>, tensor<bf16>) -> tensor<2x64xbf16>\n")
+_TTIR_SUM = ('        %58 = "ttir.sum"(%57) <{dim_arg = [2 : i32], keep_dim = false}> : (tensor<2x64xDxbf16>) -> '
+             'tensor<2x64xbf16> loc(#loc58)\n#loc58 = loc("-":60:27)\n')
+
+
+def test_a_sum_tt_mlir_computes_whole_is_not_a_missing_reduction():
+    """XLA partitions again and may split a value the plan keeps whole, then all-reduce its
+    partial sums (it does on the Qwen3.5 conv fixture): a TTIR sum over the whole extent on
+    each device needs no reduction, one over a split extent does."""
+    xla = [{"kind": "all_reduce", "operand_shapes": [("f32", [2, 64])]}]
+    whole = []
+    assert ttc.missing_reductions(_TTIR_SUM.replace("D", "64"), [2, 4], xla, source=_SOURCE, whole=whole) == []
+    assert whole == ["XLA all-reduces a 128-element partial sum that tt-mlir computes whole on each device"]
+    (missing,) = ttc.missing_reductions(_TTIR_SUM.replace("D", "16"), [2, 4], xla, source=_SOURCE)
+    assert "never reduces" in missing
+    assert ttc.missing_reductions(_TTIR_SUM.replace("D", "64"), [2, 4], xla) != []  # no source: no pairing
+
+
+@needs_plugin
+def test_the_reference_child_returns_xla_collectives_and_a_deadline_kills_it(monkeypatch):
+    from shard_opt.ttmlir import reference
+
+    text = open(MLP).read()
+    got = reference.start(text, 1).result()
+    assert isinstance(got, list)
+    monkeypatch.setenv(reference.TIMEOUT_ENV, "0.01")
+    late = reference.start(text, 1).result()
+    assert isinstance(late, str) and "did not partition the module within 0.01 s, twice" in late
+
+
+@needs_plugin
+def test_the_emitted_script_compiles_with_tt_mlir_to_the_priced_module(run_cli, tmp_path):
+    """Issue 22: the module tt-xla builds from the emitted script (the user's program, its
+    mark_sharding specs and guard hooks, unpropagated) compiles with tt-mlir to the same
+    collectives, at every stage, as the priced module; without its guard hooks it does not."""
+    from shard_opt import frontends
+    from shard_opt.emit import rebuild
+
+    load = os.path.join(ROOT, "tests", "fixtures", "scripts", "phi3_fused.py")
+    script = tmp_path / "S.py"
+    spec = os.path.join(ROOT, "tests", "fixtures", "specs", "phi3_fused.json")
+    plan, _ = _plan(run_cli, tmp_path, load, "--mesh", "2x4", "--evaluate", "--spec", spec, "--emit-torch", script)
+    assert plan["guards"] and plan["checks"]["tt_mlir"]["matches"]
+    model = frontends.load(load, dtype="bf16")
+    tt = rebuild.compile_with_tt_mlir(script.read_text(), model, plan)
+    assert tt["compiled"] and tt["matches"] and tt["same_as_priced_module"], tt["differences"]
+    assert tt["stages"] == plan["checks"]["tt_mlir"]["stages"]
+    assert tt["stages"]["ttir"] == {"all_gather": 4, "all_reduce": 4, "all_slice": 6}
+    # without the hooks tt-mlir's shlo_compiler gathers the fused outputs 6 more times (its
+    # TTIR folds them back: tt-mlir's CSE), so the module is not the priced one
+    unguarded = rebuild.compile_with_tt_mlir(script.read_text(), model, plan, guards=False)
+    assert unguarded["same_as_priced_module"] is False
+    assert unguarded["stages"]["shlo_compiler"]["all_gather"] == 10

@@ -49,6 +49,7 @@ FUSED_ATTR = "shard_opt.fused"  # written by passes/mark_fusions.py
 SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_product_attention")
 MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.convolution")
 # ops whose bytes are not simply every operand read and every result written (_traffic)
+_CACHE_WRITES = ("stablehlo.concatenate", "stablehlo.dynamic_update_slice", "stablehlo.scatter")
 _TRAFFIC_SPECIAL = frozenset({"stablehlo.gather", "stablehlo.dynamic_slice", "stablehlo.slice",
                               "stablehlo.dynamic_update_slice", "stablehlo.scatter", "stablehlo.concatenate"})
 
@@ -276,6 +277,11 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         elif name == "stablehlo.reshape":
             walk.reshapes.append(op)
         _propagate_origin(operands, results, origin, weight_values)
+        if name in _CACHE_WRITES and results and operands and operands[0] in cache_values and operands[0] in stored:
+            # the KV cache with its new rows keeps the cache's storage (``cache=bfp8``):
+            # what attention reads next is bfp8 too (shard_opt.weights)
+            stored[results[0]] = stored[operands[0]]
+            forget(results[0])
         if name in LAYOUT_OPS:
             if name in CONSTANT_OPS:
                 if name != "stablehlo.iota" and _is_splat(op):
@@ -369,8 +375,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 if base in stored:
                     fidelity = stored[base]
                     break
+        kind = ("cache_update" if name in _CACHE_WRITES and operands and operands[0] in cache_values
+                else _kind(op, name))  # the KV append of a decode step (costmodel kernel class)
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
-                                _kind(op, name), fidelity))
+                                kind, fidelity))
         op_weight.append(weight)
         peak = bytes_in - wbytes + bytes_out
         if peak > facts.peak_activation_bytes:

@@ -353,7 +353,7 @@ def _run_parsed(ns) -> int:
         with timing.phase("verify"):
             failed = _verify_numerics(outcomes)
         if len(outcomes) > 1:
-            plan_json["numerics"] = {"passed": not failed, "failed": [o.model.name for o in failed]}
+            plan_json.numerics = {"passed": not failed, "failed": [o.model.name for o in failed]}
 
     with timing.phase("emit"):
         _emit_outputs(ns, outcomes, plan_json, main_text)
@@ -365,8 +365,8 @@ def _run_parsed(ns) -> int:
             sys.stderr.write(line + "\n")
     if failed:  # DESIGN.md: exit 3, the outputs written and marked failed
         wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
-                          f"(max abs err {o.plan['numerics']['max_abs_err']:.3g}, max rel err "
-                          f"{o.plan['numerics']['max_rel_err']:.3g})" for o in failed)
+                          f"(max abs err {o.plan.numerics['max_abs_err']:.3g}, max rel err "
+                          f"{o.plan.numerics['max_rel_err']:.3g})" for o in failed)
         sys.stderr.write(f"shard-opt: error: numerics: {wrong}; outputs written, marked failed "
                          f"(plan numerics.passed false); check the plan with --evaluate or report it\n")
         return 3
@@ -472,19 +472,19 @@ def _check_outputs(ns, names: list[str]) -> None:
         _check_writable(path)
 
 
-def _numerics_failed(plan: dict) -> str | None:
+def _numerics_failed(plan) -> str | None:
     """What a plan's failed ``--verify-numerics`` check found, or None (passed, or not run)."""
-    n = plan.get("numerics")
+    n = plan.numerics
     if not n or n.get("passed", True):
         return None
     return (f"the sharded program does not match the unsharded one on {n.get('num_devices')} devices "
             f"(max abs err {n.get('max_abs_err', 0):.3g}, max rel err {n.get('max_rel_err', 0):.3g})")
 
 
-def _marked(text: str, plan: dict) -> str:
+def _marked(text: str, plan) -> str:
     """A module or lit test whose plan failed --verify-numerics says so on its first line."""
     why = _numerics_failed(plan)
-    return f"// shard-opt: NUMERICS FAILED: {plan.get('model')}: {why}\n{text}" if why else text
+    return f"// shard-opt: NUMERICS FAILED: {plan.model}: {why}\n{text}" if why else text
 
 
 def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
@@ -545,8 +545,8 @@ def _optimize_all(models, opts, ns):
     for shape in shapes:
         o = opts if shape is None else _with_meshes(opts, [shape])
         outs = [optimize(m, o) for m in models]
-        slowest = max(outs, key=lambda x: x.plan["cost"]["total_us"] or float("inf"))
-        trials.append((slowest.plan["cost"]["total_us"] or float("inf"), shape, outs, slowest))
+        slowest = max(outs, key=lambda x: x.plan.cost["total_us"] or float("inf"))
+        trials.append((slowest.plan.cost["total_us"] or float("inf"), shape, outs, slowest))
     best = min(trials, key=lambda t: t[0])
     _, shape, outs, slowest = best
     for o in outs:
@@ -561,32 +561,31 @@ def _optimize_all(models, opts, ns):
                   "trials": [{"mesh": t[1].spec, "slowest": t[3].model.name,
                               "slowest_us": t[0] if t[0] != float("inf") else None} for t in trials]}
         for o in outs:
-            o.plan.setdefault("notes", []).append(why)
-            o.plan["mesh_choice"] = choice
+            o.plan.note(why)
+            o.plan.mesh_choice = choice
     if len(outs) == 1:
         return outs, outs[0].plan
-    mesh = outs[0].plan["mesh"]
-    plan = {"pipeline": [o.plan for o in outs], "mesh": mesh, "slowest": slowest.model.name}
-    if why:
-        plan["notes"] = [why]
-        plan["mesh_choice"] = choice
+    from shard_opt.plan import PipelinePlan
+
+    plan = PipelinePlan(pipeline=[o.plan for o in outs], mesh=outs[0].plan.mesh, slowest=slowest.model.name,
+                        notes=[why] if why else None, mesh_choice=choice)
     return outs, plan
 
 
-def _note_nothing_to_split(plan: dict, parallelism) -> None:
+def _note_nothing_to_split(plan, parallelism) -> None:
     """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
     is replicated by necessity, not because splits lost. Say so in the plan and on stderr."""
-    meshes = plan.get("meshes") or [plan["mesh"]]
+    meshes = plan.meshes or [plan.mesh]
     sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m["axes"], m["shape"]) if n > 1})
-    if plan["groups"] or not sizes:
+    if plan.groups or not sizes:
         return
     note = (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
             f"by a mesh axis ({', '.join(sizes)}), so every argument is replicated and each chip runs the whole "
             f"model; to shard it, choose a mesh whose axis sizes divide the model's dimensions"
             + ("" if set(parallelism) >= {"tensor", "sequence", "data"} else " or allow more --parallelism"))
-    plan["strategy"] = "replicated (nothing can be split on this mesh)"
-    plan.setdefault("notes", []).append(note)
-    sys.stderr.write(f"shard-opt: WARNING: {plan['model']}: {note}\n")
+    plan.strategy = "replicated (nothing can be split on this mesh)"
+    plan.note(note)
+    sys.stderr.write(f"shard-opt: WARNING: {plan.model}: {note}\n")
 
 
 def _with_meshes(opts, meshes):
@@ -652,17 +651,17 @@ def _verify_numerics(outcomes) -> list:
     failed = []
     for o in outcomes:
         n = 1
-        for s in o.plan["mesh"]["shape"]:
+        for s in o.plan.mesh["shape"]:
             n *= s
         res = verify.verify_numerics(o.annotated_text, num_devices=n)
-        o.plan["numerics"] = {"passed": res.passed, "max_abs_err": res.max_abs_err,
+        o.plan.numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err,
                               "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
                               "num_devices": res.num_devices, "seed": res.seed}
         sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
         if not res.passed:
             failed.append(o)
-        comparison = verify.compare_collectives(o.plan["collectives"], verify.xla_collectives(o.annotated_text, n))
-        o.plan["xla_crosscheck"] = {
+        comparison = verify.compare_collectives(o.plan.collectives, verify.xla_collectives(o.annotated_text, n))
+        o.plan.xla_crosscheck = {
             "agrees": comparison.agrees, "matched": len(comparison.matched),
             "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences],
         }

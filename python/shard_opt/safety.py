@@ -87,7 +87,7 @@ def report(removed: dict[str, int], allow: frozenset[str], priced_inf: dict[str,
     """The plan JSON's ``safety``: every rule, how many options it removed from the search
     (``exclude``) or candidates it priced infinite (``inf``), whether the user allowed it
     and whether the plan breaks it; ``cost``, for a rule that kept the plan from something
-    the model prefers, what that was and what it would have saved (``driver.rule_costs``)."""
+    the model prefers, what that was and what it would have saved (``explain.rule_costs``)."""
     return [{"rule": r.id, "title": r.title, "citation": r.citation, "action": r.action, "detail": r.detail,
              "removed": removed.get(r.id, 0), "priced_infinite": priced_inf.get(r.id, 0),
              "allowed": r.id in allow, "plan_breaks": r.id in broken,

@@ -15,6 +15,14 @@ projection of its output, found from the graph), ``mlp`` (the other matmul weigh
 repeated layers), or an fnmatch glob on parameter names (``*.mlp.down_proj.weight``).
 With const-eval on (tt-xla's default) only the converted copy lives on the device, so
 a block-float weight takes its format's bytes in DRAM too.
+
+The KV cache is not a weight: it keeps its type unless ``cache=bfp8`` says otherwise
+(``--weight-dtype bfp8,cache=bfp8``). tt-metal's models keep it in bfp8 with the weights
+(the Galaxy Llama-70B demo: "w2/wo/KV bfp8", references/measurements.md section 2); tt-xla
+stores it so only when its vLLM plugin is given ``experimental_kv_cache_dtype="bfp_bf8"``
+(tt-xla ``integrations/vllm_plugin/vllm_tt/platform.py``; ``bfp_bf4`` raises
+NotImplementedError in ``model_runner.py``), so bfp8 is the one cache format. Every
+argument of kind ``cache`` is then read, written and held at bfp8's bytes.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from shard_opt.errors import UserError
 
 WEIGHT_DTYPES = ("bf16", "bfp8", "bfp4")
 ROLES = ("attention", "mlp")
+CACHE_ROLE = "cache"  # --weight-dtype ...,cache=bfp8: the KV cache's storage, not a weight rule
+CACHE_DTYPES = ("bf16", "bfp8")
 TT_XLA_NAMES = {"bf16": "bf16", "bfp8": "bfp_bf8", "bfp4": "bfp_bf4"}  # experimental_weight_dtype values
 
 
@@ -37,13 +47,14 @@ class WeightFormats:
 
     default: str = "bf16"
     rules: tuple[tuple[str, str], ...] = ()
+    cache: str = "bf16"  # the KV cache's storage (``cache=bfp8``); bf16 keeps its type
 
     @staticmethod
     def parse(text: str | None) -> "WeightFormats":
         """``bfp8`` or ``bfp8,mlp=bfp4,*.lm_head.weight=bf16``."""
         if not text:
             return WeightFormats()
-        default, rules = "bf16", []
+        default, rules, cache = "bf16", [], "bf16"
         for i, part in enumerate(p.strip() for p in text.split(",")):
             role, eq, dtype = part.rpartition("=")
             if not eq:
@@ -52,27 +63,38 @@ class WeightFormats:
                 raise UserError(f"--weight-dtype {text!r}: {dtype!r} is not a weight format; use one of "
                                 f"{', '.join(WEIGHT_DTYPES)} (optionally ROLE=DTYPE, ROLE: {', '.join(ROLES)} or a "
                                 f"parameter-name glob)")
-            if not role:
+            if role == CACHE_ROLE:
+                if dtype not in CACHE_DTYPES:
+                    raise UserError(f"--weight-dtype {text!r}: the KV cache can be stored as "
+                                    f"{' or '.join(CACHE_DTYPES)}, not {dtype} (tt-xla's experimental_kv_cache_dtype "
+                                    f"has no bfp_bf4)")
+                cache = dtype
+            elif not role:
                 if i:
                     raise UserError(f"--weight-dtype {text!r}: the default format comes first "
                                     f"(e.g. bfp8,mlp=bfp4)")
                 default = dtype
             else:
                 rules.append((role, dtype))
-        return WeightFormats(default, tuple(rules))
+        return WeightFormats(default, tuple(rules), cache)
 
     @property
     def is_plain(self) -> bool:
-        return self.default == "bf16" and all(d == "bf16" for _, d in self.rules)
+        return self.default == "bf16" and all(d == "bf16" for _, d in self.rules) and self.cache == "bf16"
 
     def text(self) -> str:
-        return ",".join([self.default] + [f"{r}={d}" for r, d in self.rules])
+        extra = [f"{CACHE_ROLE}={self.cache}"] if self.cache != "bf16" else []
+        return ",".join([self.default] + [f"{r}={d}" for r, d in self.rules] + extra)
 
     def resolve(self, arguments, roles: dict[int, str]) -> dict[int, str]:
         """Argument index -> block-float format, for the matmul weights ``roles`` names
-        (``matmul_weight_roles``); weights left in bf16 are not listed."""
+        (``matmul_weight_roles``) and, with ``cache=bfp8``, every KV-cache argument; those
+        left in bf16 are not listed."""
         out = {}
         for a in arguments:
+            if self.cache != "bf16" and getattr(a, "kind", None) == "cache":
+                out[a.index] = self.cache
+                continue
             role = roles.get(a.index)
             if role is None:
                 continue

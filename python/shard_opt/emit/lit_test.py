@@ -27,6 +27,7 @@ from __future__ import annotations
 import shlex
 
 from shard_opt.emit import _plan
+from shard_opt.plan import Plan
 
 # One regex matching any Shardy collective op (kept free of '[[' so it parses).
 _ANY_COLLECTIVE = r"{{sdy\.(all_reduce|all_gather|all_slice|reduce_scatter|all_to_all|collective_permute)}}"
@@ -85,21 +86,23 @@ def _strip_directives(text: str) -> str:
     return "\n".join(keep).rstrip() + "\n"
 
 
-def emit_lit_test(annotated_module_text: str, plan: dict, *, run_args: str,
+def emit_lit_test(annotated_module_text: str, plan: Plan, *, run_args: str,
                   pin_annotations: bool = True) -> str:
     """A lit test: the annotated module, a RUN line and CHECK lines for every collective.
 
     Args:
       annotated_module_text: the module with ``sdy.mesh`` and argument shardings.
-      plan: the plan JSON dict; its ``collectives`` (program order) are pinned.
+      plan: the ``Plan`` (a plan JSON dict is read as one, ``Plan.from_json``); its
+        ``collectives`` (program order) are pinned.
       run_args: extra ``shard-opt`` arguments (e.g. ``--mesh 2x4``); ``--evaluate`` is
         added when absent.
       pin_annotations: also pin what ``collect-collectives`` stamps on the IR: the
         module's ``shard_opt.ccl_count`` / ``ccl_bytes`` and each op's
         ``shard_opt.bytes_per_device``.
     """
+    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
     shape, axes = _plan.mesh_of(plan)
-    cost = plan.get("cost") or {}
+    cost = plan.cost or {}
     cs = _plan.collectives(plan)
     if any(_plan.multiplicity(c) != 1 for c in cs):
         raise ValueError("emit_lit_test needs the module's own collectives, not a representative block's")
@@ -107,7 +110,7 @@ def emit_lit_test(annotated_module_text: str, plan: dict, *, run_args: str,
     out = [
         _run_line(run_args),
         "",
-        f"// shard-opt lit test: the plan for {plan.get('model', 'this module')} on a "
+        f"// shard-opt lit test: the plan for {plan.model or 'this module'} on a "
         f"{'x'.join(map(str, shape))} mesh ({', '.join(axes)}).",
         f"// shard-opt lit test: {count} collectives, {nbytes} bytes per device"
         + (f", modeled {cost.get('total_us')} us" if cost.get("total_us") is not None else "")

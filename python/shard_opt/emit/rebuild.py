@@ -32,7 +32,11 @@ Run::
         [--layers N] [--no-guards]
 
 It prints what it applied and the difference, and exits 0 when the collectives are the
-priced ones, 1 when not. ``--no-guards`` rebuilds without ``SHARD_OPT_GUARDS`` (what a
+priced ones, 1 when not. ``--tt-mlir`` also compiles the rebuilt module, unpropagated, the
+way tt-xla hands it over (the user's program with the script's annotations) with tt-mlir
+(``shard_opt.ttmlir``, compile-only) and requires that tt-mlir runs the priced collectives
+and, when the plan JSON holds its own tt-mlir check, that every stage's collectives are the
+ones tt-mlir made of the priced module. ``--no-guards`` rebuilds without ``SHARD_OPT_GUARDS`` (what a
 script that lost its guards compiles to). ``tests/test_guards.py`` runs it on the
 fused-split cases.
 """
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -122,22 +127,18 @@ class Rebuilt:
     applied: dict
     not_applied: list
     text: str | None = None
+    script_module: str | None = None  # keep_script_module: the annotated, unpropagated module
 
 
 def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool = True, by_hand: bool = True,
-            keep_text: bool = False) -> Rebuilt:
+            keep_text: bool = False, keep_script_module: bool = False) -> Rebuilt:
     """The module tt-xla builds from the emitted ``script_text`` for ``model`` (the
     ``LoweredModel`` of the script it was emitted from), propagated without shard-opt's
     guards (module docstring). ``guards=False`` leaves ``SHARD_OPT_GUARDS`` out."""
     from shard_opt.evaluate import prepare
-    from shard_opt.module_outputs import READER_OPS, Graph
     from shard_opt.pass_manager import PassContext, PassManager
-    from shard_opt.passes.add_mesh import set_mesh
-    from shard_opt.passes.apply_constraints import ApplyConstraints
-    from shard_opt.passes.apply_shardings import ApplyShardings
     from shard_opt.passes.collect_collectives import CollectCollectives
-    from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
-    from shard_opt.passes.shardy_propagate import ShardyPropagate, constraint_op
+    from shard_opt.passes.shardy_propagate import ShardyPropagate
 
     t = read_tables(script_text)
     mesh = t.mesh
@@ -165,16 +166,49 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
 
     text, _ = prepare(model, pipeline)
     module = ir.parse(text, filename=model.name)
-    set_mesh(module, mesh)
-    if pipeline == "tt-mlir":
-        decouple_const_fanout(module, only_sharded=False)  # as the evaluator prepares every candidate
     constraints = {}
     if by_hand:
         constraints = {site: sharding_of(spec, len(spec), mesh) for site, spec in t.reshapes.items()}
         applied["reshapes"] = sorted(constraints)
+    hooked = _annotate(module, model, t, shardings, constraints, guards, decouple=pipeline == "tt-mlir")
+    for what, names in hooked["applied"].items():
+        applied[what] = names
+    not_applied += hooked["not_applied"]
+    not_applied += [f"by hand, no module: {rule}: {site}: SPEC = {spec}" for rule, site, spec in t.loose]
+    script_module = None
+    if keep_script_module:  # the module as tt-xla hands it to tt-mlir: the user's program, annotated
+        script_module = ir.parse(model.text, filename=model.name)
+        _annotate(script_module, model, t, shardings, constraints, guards, decouple=False)
+        script_module = ir.print_module(script_module)
+    ctx2 = PassContext(mesh=mesh, arguments=model.arguments)
+    PassManager([ShardyPropagate(pipeline=pipeline, guard_opaque_ops=False, guard_moved_dims=False,
+                                 decouple_const_fanout=False),
+                 CollectCollectives()], ctx2).run(module)
+    collectives = [(c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ctx2.facts.collectives]
+    return Rebuilt(collectives, applied, not_applied, ir.print_module(module) if keep_text else None, script_module)
+
+
+def _annotate(module, model, t: Tables, shardings: dict, constraints: dict, guards: bool, *, decouple: bool) -> dict:
+    """``module`` (``model``'s, parsed) annotated as the script ``t`` annotates it: its mesh,
+    the argument ``shardings``, the by-hand ``constraints``, then every output constraint and
+    (``guards``) guard hook on the output of each module it names. What was applied, and the
+    entries no module output stood for."""
+    from shard_opt.module_outputs import READER_OPS, Graph
+    from shard_opt.pass_manager import PassContext, PassManager
+    from shard_opt.passes.add_mesh import set_mesh
+    from shard_opt.passes.apply_constraints import ApplyConstraints
+    from shard_opt.passes.apply_shardings import ApplyShardings
+    from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
+    from shard_opt.passes.shardy_propagate import constraint_op
+
+    mesh = t.mesh
+    set_mesh(module, mesh)
+    if decouple:
+        decouple_const_fanout(module, only_sharded=False)  # as the evaluator prepares every candidate
     ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints)
     PassManager([ApplyShardings(), ApplyConstraints()], ctx).run(module)
-
+    applied = {"guards": [], "output_constraints": []}
+    not_applied = []
     tables = [(t.outputs, True, "output_constraints")]
     if guards:
         tables.append((t.guards, False, "guards"))
@@ -207,13 +241,7 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
                 out.replace_all_uses_except(c.result, first if first is not None else c)
                 applied[what].append(name)
             not_applied += [f"{what} entry {k!r} names no module output" for k in table if k not in hit]
-    not_applied += [f"by hand, no module: {rule}: {site}: SPEC = {spec}" for rule, site, spec in t.loose]
-    ctx2 = PassContext(mesh=mesh, arguments=model.arguments)
-    PassManager([ShardyPropagate(pipeline=pipeline, guard_opaque_ops=False, guard_moved_dims=False,
-                                 decouple_const_fanout=False),
-                 CollectCollectives()], ctx2).run(module)
-    collectives = [(c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ctx2.facts.collectives]
-    return Rebuilt(collectives, applied, not_applied, ir.print_module(module) if keep_text else None)
+    return {"applied": applied, "not_applied": not_applied}
 
 
 def priced_collectives(plan: dict) -> list:
@@ -239,6 +267,30 @@ def check(script_text: str, model, plan: dict, **kwargs) -> dict:
     return out
 
 
+def compile_with_tt_mlir(script_text: str, model, plan: dict, **kwargs) -> dict:
+    """The module tt-xla builds from the script (``rebuild(..., keep_script_module=True)``),
+    compiled by tt-mlir (``shard_opt.ttmlir.check``, compile-only) and held against the plan:
+    the check's summary (``matches``: tt-mlir runs the plan's priced collectives), and, when
+    the plan JSON holds its own tt-mlir check, ``same_as_priced_module``: each stage's
+    collectives equal those tt-mlir made of the priced module. ``{"skipped": why}`` when the
+    plugin cannot run."""
+    from shard_opt import costmodel
+    from shard_opt.ttmlir import check as ttc
+
+    ok, why = ttc.status()
+    if not ok:
+        return {"skipped": why}
+    r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", keep_script_module=True, **kwargs)
+    shape = tuple(plan["mesh"]["shape"])
+    system = costmodel.get_system(plan["system"])
+    (compiled,) = ttc.compile_all([ttc.Job("script", r.script_module, math.prod(shape))], system, shape)
+    out = ttc.summarize(plan, compiled, system)
+    priced = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("stages")
+    if priced and compiled.compiled:
+        out["same_as_priced_module"] = all(out["stages"].get(k) == v for k, v in priced.items())
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m shard_opt.emit.rebuild", description=__doc__.split("\n\n")[0])
     p.add_argument("script", help="the script --emit-torch wrote")
@@ -246,6 +298,9 @@ def main(argv=None) -> int:
     p.add_argument("--plan", required=True, help="the plan JSON of the same run (--plan-json)")
     p.add_argument("--layers", type=int, default=None, help="as the shard-opt run's --layers")
     p.add_argument("--no-guards", action="store_true", help="rebuild without SHARD_OPT_GUARDS")
+    p.add_argument("--tt-mlir", action="store_true",
+                   help="also compile the rebuilt module with tt-mlir (jax-tt-plugin, compile-only) and compare "
+                        "its collectives with the plan's")
     ns = p.parse_args(argv)
     from shard_opt import frontends
 
@@ -270,7 +325,25 @@ def main(argv=None) -> int:
             print(f"{key}: {c['count']} x {c['kind']} on {'+'.join(c['axes'])} of {c['shape']}")
     print("equal: the script compiles to the priced collectives" if result["equal"]
           else "DIFFERENT: the script does not compile to the priced collectives")
-    return 0 if result["equal"] else 1
+    ok = result["equal"]
+    if ns.tt_mlir:
+        tt = compile_with_tt_mlir(script, model, plan, guards=not ns.no_guards)
+        if "skipped" in tt:
+            print(f"tt-mlir: skipped: {tt['skipped']}")
+        else:
+            stages = "; ".join(f"{k}: " + (", ".join(f"{n} {c}" for c, n in sorted(v.items())) or "none")
+                               for k, v in tt["stages"].items())
+            print(f"tt-mlir: {'compiled' if tt['compiled'] else 'REJECTED: ' + str(tt['error'])}; {stages}")
+            for d in tt["differences"]:
+                print(f"tt-mlir: {d}")
+            same = tt.get("same_as_priced_module")
+            if same is not None:
+                print("tt-mlir: the same collectives as the priced module's, at every stage" if same
+                      else "tt-mlir: DIFFERENT collectives from the priced module's")
+            print("tt-mlir: runs the priced collectives" if tt["matches"]
+                  else "tt-mlir: DOES NOT run the priced collectives")
+            ok = ok and tt["compiled"] and tt["matches"] and same is not False
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

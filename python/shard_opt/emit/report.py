@@ -30,11 +30,15 @@ collective kind (matplotlib, Agg backend).
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 from collections import OrderedDict
 
 from shard_opt.emit import _plan
 from shard_opt.emit.citations import CITATIONS, Citer
+from shard_opt.plan import PipelinePlan, Plan, plan_from_json
 from shard_opt.emit._plan import component_key, megatron_pairs, structural_pairs  # noqa: F401 (re-exported)
 
 SOURCE_NAMES = {"pytorch": "PyTorch load script", "jax": "JAX function", "mlir": "StableHLO module",
@@ -45,6 +49,12 @@ INPUTS_COMPONENT = _plan.INPUTS_COMPONENT
 # =================================================================================
 # Small formatting helpers
 # =================================================================================
+
+def _typed(plan) -> Plan | PipelinePlan:
+    """The report reads the typed plan; a plan JSON (a dict) is read as one (``plan_from_json``:
+    it must carry this version's ``schema_version``)."""
+    return plan if isinstance(plan, (Plan, PipelinePlan)) else plan_from_json(plan)
+
 
 def _spec_cell(sharding) -> str:
     if not _plan.is_sharded(sharding):
@@ -103,8 +113,39 @@ def _first_per_role(args: list[dict]):
             yield r, a
 
 
-def _pair_kind(plan: dict, a: dict, classes: dict) -> str:
+_TABLE_NAMES = re.compile(r"(^|\.)(embed_tokens|embeddings?|wte|wpe|word_embeddings|position_embeddings|"
+                          r"token_type_embeddings|shared|embed_positions)(\.|$)")
+
+
+def _is_table(a: dict, classes: dict) -> bool:
+    """An embedding table (a lookup, not a matmul): its module's class says so, or, with no
+    architecture map, its name."""
+    cls = classes.get(_plan.module_of(a["name"]), (None, None))[0]
+    if cls:
+        return "Embedding" in cls
+    return bool(_TABLE_NAMES.search(_plan.module_of(a["name"])))
+
+
+def _pair_kind(plan: Plan, a: dict, classes: dict) -> str:
+    """How a weight's split reads: column- / row-parallel for a matmul weight; a lookup
+    table split on its rows (the vocabulary) or its embedding dim; a convolution split on
+    its output or input channels."""
     s = a.get("sharding") or []
+    shape = a.get("shape") or []
+    if len(s) == 2 and _is_table(a, classes):
+        if s[0] and not s[1]:
+            return "(lookup table split on its rows)"
+        if s[1] and not s[0]:
+            return "(lookup table split on the embedding dim)"
+        return ""
+    if len(shape) > 2 and len(s) == len(shape):
+        cls = classes.get(_plan.module_of(a["name"]), (None, None))[0] or ""
+        if "Conv" in cls or (not cls and len(shape) in (3, 4, 5)):
+            if s[0] and not any(s[1:]):
+                return "(split on output channels)"
+            if s[1] and not s[0] and not any(s[2:]):
+                return "(split on input channels)"
+        return ""
     io = _plan.io_dims(plan, a, classes)
     if not io or len(s) != 2:
         return ""
@@ -150,19 +191,19 @@ def _signed_us(x) -> str:
     return ("+" if x >= 0 else "-") + _plan.fmt_us(abs(x))
 
 
-def _is_blackhole(plan: dict) -> bool:
+def _is_blackhole(plan: Plan) -> bool:
     """From the system's own record (``costmodel``), not its name: ``p150``/``p300`` are
     Blackhole without "bh" in their names."""
     from shard_opt import costmodel
     from shard_opt.errors import UserError
 
     try:
-        return costmodel.get_system(str(plan.get("system", ""))).arch == "blackhole"
+        return costmodel.get_system(str((plan.system or ""))).arch == "blackhole"
     except UserError:  # a plan written for a system this version does not know
-        return "bh" in str(plan.get("system", "")).lower()
+        return "bh" in str((plan.system or "")).lower()
 
 
-def _fits_claim(plan: dict) -> str:
+def _fits_claim(plan: Plan) -> str:
     return "ccl-fits-blackhole" if _is_blackhole(plan) else "ccl-fits-wormhole"
 
 
@@ -188,10 +229,10 @@ COST_PROFILES = {
 }
 
 
-def section_header(plan: dict, cite: Citer) -> list[str]:
+def section_header(plan: Plan, cite: Citer) -> list[str]:
     p = plan
-    out = [f"# Sharding analysis - {p.get('model', 'model')}", ""]
-    prop = p.get("propagation")
+    out = [f"# Sharding analysis - {(p.model or 'model')}", ""]
+    prop = p.propagation
     if prop == "tt-mlir":
         how = cite.sentence("tt-mlir-pipeline", "Collectives come from Shardy propagation run as tt-mlir's "
                             "StableHLO pipeline runs it (user priority, conservative propagation, explicit "
@@ -201,7 +242,7 @@ def section_header(plan: dict, cite: Citer) -> list[str]:
                + " It is not tt-mlir's pipeline: the device may execute different collectives.")
     else:
         how = cite.sentence("shardy-propagation", "Collectives come from real Shardy propagation")
-    name = p.get("cost_model") or "tenstorrent"
+    name = p.cost_model or "tenstorrent"
     base = str(name).partition(":")[0]
     what, claim = COST_PROFILES.get(base, (None, None))
     if what:
@@ -210,41 +251,56 @@ def section_header(plan: dict, cite: Citer) -> list[str]:
     else:
         priced = f"Priced by the `{name}` cost model."
     out += [f"> Generated by shard-opt from its plan JSON; every figure is computed, none typed in. {how} {priced}", ""]
-    numerics = p.get("numerics") or {}
+    numerics = p.numerics or {}
     if numerics and not numerics.get("passed", True):
         out += [f"> **✗ NUMERICS FAILED.** `--verify-numerics` ran this plan sharded and unsharded on "
                 f"{numerics.get('num_devices')} virtual XLA devices and the results differ (max abs err "
                 f"{numerics.get('max_abs_err', 0):.3g}, max rel err {numerics.get('max_rel_err', 0):.3g}, "
                 f"rtol {numerics.get('rtol')}, atol {numerics.get('atol')}): do not deploy it as it is.", ""]
-    if p.get("memory_fallback"):
+    if p.memory_fallback:
         out += ["> **⚠ MEMORY FALLBACK.** The fastest plan does not fit in device DRAM, so this plan "
                 "shards for memory and is slower than the speed-optimal one. "
                 + cite.sentence("memory-loud-fallback", "The playbook shards for memory only as a loud fallback")
-                + f" Reason: {_md(p.get('memory_fallback_reason') or 'not given')}.", ""]
+                + f" Reason: {_md((p.memory_fallback_reason) or 'not given')}.", ""]
     return out
 
 
-def section_model(plan: dict, cite: Citer) -> list[str]:
+def _takes_tokens(plan) -> bool:
+    """A language model's workload (token ids in, or a KV cache): the one a phase and a
+    sequence length describe. A plan with no argument list says nothing against it."""
+    args = plan.arguments
+    if not args:
+        return True
+    return any(a.get("kind") == "cache" or (a.get("kind") == "input" and str(a.get("dtype") or "").lstrip("su")
+                                             .startswith("i")) for a in args)
+
+
+def section_model(plan: Plan, cite: Citer) -> list[str]:
     p = plan
     shape, axes = _plan.mesh_of(p)
-    cost = p.get("cost") or {}
+    cost = p.cost or {}
     n = _numel(shape)
     out = ["## 1. Model & target", ""]
-    out.append(f"- Model / variant: {p.get('model', '?')}"
-               + (f" ({p['num_layers']} repeated layers analysed)" if p.get("num_layers") else ""))
-    src = SOURCE_NAMES.get(p.get("source"), p.get("source") or "?")
-    out.append(f"- Input: {src}" + (f" `{p['script']}`" if p.get("script") else ""))
-    run = [f"dtype {p['dtype']}" if p.get("dtype") else None,
-           f"phase {p['phase']}" if p.get("phase") else None,
-           f"batch {p['batch']}" if p.get("batch") is not None else None,
-           f"sequence length {p['seq_len']}" if p.get("seq_len") is not None else None]
+    out.append(f"- Model / variant: {(p.model or '?')}"
+               + (f" ({p.num_layers} repeated layers analysed)" if p.num_layers else ""))
+    src = SOURCE_NAMES.get(p.source, p.source or "?")
+    out.append(f"- Input: {src}" + (f" `{p['script']}`" if None else ""))
+    tokens = _takes_tokens(p)
+    run = [f"dtype {p.dtype}" if p.dtype else None,
+           f"phase {p.phase}" if p.phase and tokens else None,
+           f"batch {p.batch}" if p.batch is not None else None,
+           f"sequence length {p.seq_len}" if p.seq_len is not None and tokens else None]
+    if not tokens:  # no tokens (an image, a latent): its inputs are the workload, not a phase and a length
+        run.append("inputs " + ", ".join(f"`{_md(a['name'])}` {_plan.shape_text(a.get('shape'), a.get('dtype'))}"
+                                         for a in p.arguments or [] if a.get("kind") == "input")
+                   if any(a.get("kind") == "input" for a in p.arguments or []) else None)
     run = [r for r in run if r]
     if run:
         out.append("- Workload: " + ", ".join(run))
-    wd = p.get("weight_dtype")
-    stored = sorted({a["storage"] for a in p.get("arguments") or [] if a.get("storage")})
+    wd = p.weight_dtype
+    stored = sorted({a["storage"] for a in p.arguments or [] if a.get("storage")})
     if wd and (wd != "bf16" or stored):
-        n_stored = sum(1 for a in p.get("arguments") or [] if a.get("storage"))
+        n_stored = sum(1 for a in p.arguments or [] if a.get("storage"))
         out.append("- Weights on device: " + cite.sentence(
             "block-float-weights", f"`--weight-dtype {wd}`: {n_stored} matmul weights stored as block floats "
             f"({', '.join(stored) or 'none'})"))
@@ -253,19 +309,19 @@ def section_model(plan: dict, cite: Citer) -> list[str]:
     standard = cite.for_claim("standard-mesh", f"a standard shape for {n} chips")
     accepted = cite.for_claim("tt-mlir-supported-mesh", ("accepted" if supported else "**not accepted**") + " by tt-mlir")
     out.append(f"- Devices and mesh: {n} chips as a {'x'.join(map(str, shape))} mesh ({mesh_desc})"
-               + (f" on `{p['system']}`" if p.get("system") else "")
+               + (f" on `{p.system}`" if p.system else "")
                + f"; a standard shape for {n} chips {standard}, "
                + ("accepted" if supported else "**not accepted**") + f" by tt-mlir {accepted}.")
-    if p.get("mesh_choice"):
-        out.append("- " + mesh_choice_text(p["mesh_choice"], cite))
-    for m in p.get("meshes") or []:
+    if p.mesh_choice:
+        out.append("- " + mesh_choice_text(p.mesh_choice, cite))
+    for m in p.meshes or []:
         if list(m.get("shape") or []) != list(shape):
             out.append(f"- Also valid on: {'x'.join(map(str, m['shape']))} ({', '.join(m.get('axes') or [])})")
-    params = [a for a in p.get("arguments") or [] if _plan.is_weight(a)]
+    params = [a for a in p.arguments or [] if _plan.is_weight(a)]
     total = sum(_numel(a.get("shape")) * _plan.dtype_bytes(a.get("dtype")) for a in params)
     mem = cost.get("memory_per_device_bytes")
     fits = cost.get("fits")
-    out.append(f"- Parameters: {len(params)} tensors, {_plan.fmt_bytes(total)} in total (as {p.get('dtype') or 'given'})"
+    out.append(f"- Parameters: {len(params)} tensors, {_plan.fmt_bytes(total)} in total (as {(p.dtype) or 'given'})"
                + (f"; modeled memory per device {_plan.fmt_bytes(mem)}" if mem else "")
                + ("" if fits is None else (", fits in DRAM" if fits else ", **does not fit in DRAM**")) + ".")
     out.append("")
@@ -274,7 +330,7 @@ def section_model(plan: dict, cite: Citer) -> list[str]:
 
 def mesh_choice_text(choice: dict, cite: Citer) -> str:
     """Why ``--devices N`` chose this mesh: every standard shape it tried, with the modeled
-    step of the slowest model on it (``plan["mesh_choice"]``)."""
+    step of the slowest model on it (``plan.mesh_choice``)."""
     n = choice.get("devices")
     about = f"the standard shapes for {n} chips"
     tried = ", ".join(f"{t['mesh']} {_plan.fmt_us(t.get('slowest_us'))}"
@@ -285,7 +341,7 @@ def mesh_choice_text(choice: dict, cite: Citer) -> str:
             f"for the slowest model, `{choice.get('slowest')}` (slowest model per shape: {tried}).")
 
 
-def section_architecture(plan: dict, cite: Citer) -> list[str]:
+def section_architecture(plan: Plan, cite: Citer) -> list[str]:
     out = ["## 2. Architecture", ""]
     classes = _plan.module_classes(plan)
     has_arch = bool(classes)
@@ -322,7 +378,7 @@ def section_architecture(plan: dict, cite: Citer) -> list[str]:
         out.append("No Megatron column→row pair in this plan.")
     unused = [p for p in structural_pairs(plan) or [] if not p["axis"]]
     if unused:
-        mega = ((plan.get("baselines") or {}).get("megatron") or {}).get("arguments")
+        mega = ((plan.baselines or {}).get("megatron") or {}).get("arguments")
         split_roles = {_plan.role(n) for n, s in (mega or {}).items() if _plan.is_sharded(s)}
         out += ["", "Column→row structure found in the dataflow that this plan leaves unsplit:", ""]
         for p in unused:
@@ -346,11 +402,11 @@ def section_architecture(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
-def _layer_all_reduces(plan: dict, prefix: str, n_layers: int) -> float:
+def _layer_all_reduces(plan: Plan, prefix: str, n_layers: int) -> float:
     """all_reduces per repeated layer: the plan's one-layer bill (``layer_collectives``) when
     it has one, else the listed collectives inside the layers divided by their number."""
-    if plan.get("layer_collectives") is not None and prefix:
-        return sum(1 for c in plan["layer_collectives"] if c.get("kind") == "all_reduce")
+    if plan.layer_collectives is not None and prefix:
+        return sum(1 for c in plan.layer_collectives if c.get("kind") == "all_reduce")
     ars = [c for c in _plan.collectives(plan) if _plan.in_scope(_plan.coll_module(c), prefix)]
     return _plan.per_layer(ars, n_layers)
 
@@ -359,17 +415,17 @@ LLAMA_COLUMNS = {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"}
 LLAMA_ROWS = {"o_proj", "down_proj"}
 
 
-def _llama_layout(plan: dict) -> bool:
+def _llama_layout(plan: Plan) -> bool:
     """Whether the plan's pairs are tt-xla's Llama example exactly: q/k/v/gate/up split on
     ``model`` along their outputs, o/down along their inputs, nothing else in them split."""
     pairs = megatron_pairs(plan)
     want = {"column": ([["model"], []], LLAMA_COLUMNS), "row": ([[], ["model"]], LLAMA_ROWS)}
-    if not pairs or plan.get("source") == "jax":
+    if not pairs or plan.source == "jax":
         return False
     for pr in pairs:
         if pr["axis"] != "model" or not set(pr["column"]) <= LLAMA_COLUMNS or not set(pr["row"]) <= LLAMA_ROWS:
             return False
-        for a in plan.get("arguments") or []:
+        for a in plan.arguments or []:
             r = _plan.role(a["name"])
             leaf = r[len(pr["block"]) + 1:] if r.startswith(pr["block"] + ".") else ""
             for side, (spec, names) in want.items():
@@ -378,11 +434,11 @@ def _llama_layout(plan: dict) -> bool:
     return True
 
 
-def section_strategy(plan: dict, cite: Citer) -> list[str]:
-    p, c = plan, plan.get("cost") or {}
+def section_strategy(plan: Plan, cite: Citer) -> list[str]:
+    p, c = plan, plan.cost or {}
     out = ["## 3. Recommended strategy (summary)", ""]
     count, nbytes = _plan.ccl_totals(p)
-    text = (f"**{(p.get('strategy') or 'See the per-component design').rstrip('.')}.** Modeled step "
+    text = (f"**{((p.strategy) or 'See the per-component design').rstrip('.')}.** Modeled step "
             f"{_plan.fmt_us(c.get('total_us'))} (compute {_plan.fmt_us(c.get('compute_us'))}, collectives "
             f"{_plan.fmt_us(c.get('ccl_us'))}), {count} collectives moving {_plan.fmt_bytes(nbytes)} per device. "
             + cite.sentence("speed-objective", "The objective is speed: parallel compute for the fewest and smallest "
@@ -392,7 +448,7 @@ def section_strategy(plan: dict, cite: Citer) -> list[str]:
         if _llama_layout(p):
             text += " " + cite.sentence("tt-xla-llama-plan", "It is the layout of tt-xla's Llama example: q/k/v/gate/up "
                                         "(\"model\", None), o/down (None, \"model\")")
-    if any(_plan.is_sharded(a.get("sharding")) for a in p.get("arguments") or [] if not _plan.is_weight(a)):
+    if any(_plan.is_sharded(a.get("sharding")) for a in p.arguments or [] if not _plan.is_weight(a)):
         text += " Model inputs are split at the boundary, which costs nothing (each chip receives its slice)."
     cs = _plan.collectives(p)
     rs_axes = {tuple(x.get("axes") or []) for x in cs if x["kind"] == "reduce_scatter"}
@@ -404,10 +460,10 @@ def section_strategy(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
-def section_baselines(plan: dict, cite: Citer) -> list[str]:
-    p, c = plan, plan.get("cost") or {}
+def section_baselines(plan: Plan, cite: Citer) -> list[str]:
+    p, c = plan, plan.cost or {}
     out: list[str] = []
-    base = p.get("baselines") or {}
+    base = p.baselines or {}
     if base:
         out += ["| Plan | Modeled step | vs recommended | CCLs | CCL bytes / device |", "|---|---|---|---|---|",
                 f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x | {_ccl_cells(c)} |"]
@@ -436,7 +492,7 @@ def section_baselines(plan: dict, cite: Citer) -> list[str]:
         why_not = _why_not_megatron(p, base.get("megatron"), cite)
         if why_not:
             out += [why_not, ""]
-    s = p.get("search") or {}
+    s = p.search or {}
     if s:
         n = s.get("candidates_evaluated", "?")
         # No wall-clock time here: the report is byte-identical across runs (the plan JSON's
@@ -458,14 +514,14 @@ def section_baselines(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
-def _held_baseline(plan: dict, name: str, b: dict, cite: Citer) -> str | None:
+def _held_baseline(plan: Plan, name: str, b: dict, cite: Citer) -> str | None:
     """A baseline that breaks a compiler-safety rule as written, said as such: the rule,
     what it splits that the rule forbids, its figure as written and the one within the rules
     (the plan JSON's ``breaks``, ``adjusted``, ``as_written``), so it is never compared silently."""
     breaks = b.get("breaks")
     if not breaks:
         return None
-    rows = {r.get("rule"): r for r in plan.get("safety") or []}
+    rows = {r.get("rule"): r for r in plan.safety or []}
     rules = []
     for r in breaks:
         row = rows.get(r) or {}
@@ -474,7 +530,7 @@ def _held_baseline(plan: dict, name: str, b: dict, cite: Citer) -> str | None:
         if key and cite.supports(key, "compiler-limitation"):
             about += f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
         rules.append(about)
-    mine = (plan.get("cost") or {}).get("total_us")
+    mine = (plan.cost or {}).get("total_us")
     written = (b.get("as_written") or {}).get("total_us")
     text = (f"**⚠ Baseline `{_md(name)}` breaks a compiler-safety rule as written:** {'; '.join(rules)}. "
             f"As written it is priced {_plan.fmt_us(written)}"
@@ -498,11 +554,11 @@ def _held_baseline(plan: dict, name: str, b: dict, cite: Citer) -> str | None:
     return text
 
 
-def _why_not_megatron(plan: dict, mega: dict | None, cite: Citer) -> str | None:
+def _why_not_megatron(plan: Plan, mega: dict | None, cite: Citer) -> str | None:
     """Why the Megatron baseline lost, from its priced cost."""
     if not mega or mega.get("still_breaks"):  # no figure within the rules: _held_baseline says why
         return None
-    cost = plan.get("cost") or {}
+    cost = plan.cost or {}
     t, mine = mega.get("total_us"), cost.get("total_us")
     if t is None and mega.get("ccl_count") is not None:
         # the cost model prices only collective_permute as infinite (JSON null)
@@ -534,12 +590,12 @@ def _why_not_megatron(plan: dict, mega: dict | None, cite: Citer) -> str | None:
     return text
 
 
-def section_loader_comparison(plan: dict, cite: Citer) -> list[str]:
-    spec = (plan.get("baselines") or {}).get("loader-spec")
-    comparison = plan.get("loader_comparison")
+def section_loader_comparison(plan: Plan, cite: Citer) -> list[str]:
+    spec = (plan.baselines or {}).get("loader-spec")
+    comparison = plan.loader_comparison
     if not spec and not comparison:
         return []
-    cost = plan.get("cost") or {}
+    cost = plan.cost or {}
     out = ["### Comparison with the loader's shard spec", ""]
     if spec:
         t = spec.get("total_us")
@@ -610,8 +666,8 @@ PERTURBATIONS = {"ccl x0.5": "collectives twice as fast", "ccl x2": "collectives
                  "ccl profile tuned": "tt-metal's tuned collectives"}
 
 
-def section_robustness(plan: dict, cite: Citer) -> list[str]:
-    rob = plan.get("robustness")
+def section_robustness(plan: Plan, cite: Citer) -> list[str]:
+    rob = plan.robustness
     out = ["### Robustness", ""]
     if not rob or not rob.get("checks"):
         return out + ["Not checked: the plan JSON records no cost-model perturbations.", ""]
@@ -646,7 +702,7 @@ def section_robustness(plan: dict, cite: Citer) -> list[str]:
 def _differs(label) -> str:
     """A robustness label (how a plan differs from the recommendation) in report words."""
     label = str(label or "?")
-    return label if label == "megatron" else f"the recommendation with {label}"
+    return label if label == "megatron" or label.startswith("the winner with ") else f"the recommendation with {label}"
 
 
 def _margin(m) -> str:
@@ -654,9 +710,9 @@ def _margin(m) -> str:
     return "n/a" if m is None else f"{m * 100:.1f}%"
 
 
-def section_components(plan: dict, cite: Citer) -> list[str]:
+def section_components(plan: Plan, cite: Citer) -> list[str]:
     out = ["## 4. Per-component design", ""]
-    rejected = (plan.get("search") or {}).get("rejected") or []
+    rejected = (plan.search or {}).get("rejected") or []
     pairs = megatron_pairs(plan)
     prefix, n_layers = _plan.layer_scope(plan)
     classes = _plan.module_classes(plan)
@@ -678,7 +734,7 @@ def section_components(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
-def _chosen(plan: dict, comp: dict, classes: dict) -> list[str]:
+def _chosen(plan: Plan, comp: dict, classes: dict) -> list[str]:
     if not comp["args"]:
         return ["- **Chosen sharding:** no tensors of its own; its collectives come from ops inside it."]
     out = ["- **Chosen sharding:**", "", "  | Tensor | Shape | Partition spec | Shardy |", "  |---|---|---|---|"]
@@ -690,7 +746,7 @@ def _chosen(plan: dict, comp: dict, classes: dict) -> list[str]:
     return out
 
 
-def _why(plan: dict, key: str, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
+def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
     sentences = []
     # "one all_reduce sums the partial results" only where this plan pays one per pair
     closed = _plan.per_layer(comp["collectives"], n_layers) >= len(pairs)
@@ -740,8 +796,8 @@ def _why(plan: dict, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
     return ["- **Why:** " + " ".join(sentences)]
 
 
-def _alternative_line(plan: dict, key: str, g: dict, alt: dict) -> str:
-    cost = plan.get("cost") or {}
+def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
+    cost = plan.cost or {}
     leaf = _leaf(g.get("role", "?"), key)
     option = _md(alt.get("option", "?"))
     spec = _spec_cell(alt["sharding"]) if alt.get("sharding") is not None else ""
@@ -751,8 +807,10 @@ def _alternative_line(plan: dict, key: str, g: dict, alt: dict) -> str:
     head = (f"  - `{leaf}` → {option}{spec}: {reason}"
             + (f" ({dn:+d} CCL{'s' if abs(dn) != 1 else ''})" if dn else ""))
     total, delta = alt.get("total_us"), alt.get("delta_us")
-    if total is None:
-        return head + "; cannot run (priced infinite), " + f"{alt.get('ccl_count', '?')} collectives."
+    if total is None or not math.isfinite(total):
+        return head + "; " + _removed_by(plan, alt) + "."
+    if _broken_rules(plan, alt):  # priced with its times kept, but never a plan the search may pick
+        head += "; " + _removed_by(plan, alt) + "; priced as if the rule did not apply"
     if delta is None and cost.get("total_us") is not None:
         delta = total - cost["total_us"]
     nbytes = alt.get("ccl_bytes")
@@ -765,18 +823,72 @@ def _alternative_line(plan: dict, key: str, g: dict, alt: dict) -> str:
     return head + tail + (f", {_plan.fmt_bytes(nbytes)} per device." if nbytes is not None else ".")
 
 
-def _rejected(plan: dict, key: str, comp: dict, rejected: list) -> list[str]:
+def _broken_rules(plan, alt: dict) -> list[dict]:
+    """The safety-table rows of the rules an alternative breaks (its reason starts
+    ``breaks R1, R2``, as the search writes it), the rules the user allowed left out."""
+    reason = alt.get("reason") or ""
+    named = reason[len("breaks "):].split(", ") if reason.startswith("breaks ") else []
+    rows = {r.get("rule"): r for r in plan.safety or []}
+    return [rows[r] for r in named if r in rows and not rows[r].get("allowed")]
+
+
+def _removed_by(plan, alt: dict) -> str:
+    """Why an alternative has no figure: the compiler-safety rules it breaks (its reason
+    starts ``breaks R1, R2``, as the search writes it), each with its title and detail from
+    the plan's safety table; else that it was priced infinite."""
+    rules = _broken_rules(plan, alt)
+    if not rules:
+        return "cannot run (priced infinite)"
+    return "not an option: " + "; ".join(
+        f"it breaks the `{r['rule']}` rule ({_md(r.get('title') or '')}): {_md(r.get('detail') or '')}".rstrip(": ")
+        for r in rules)
+
+
+SAME_US = 0.05  # alternatives within this of the plan, with its collectives, read as one line
+
+
+def _same_as_plan(alt: dict) -> bool:
+    d = alt.get("delta_us")
+    return (d is not None and math.isfinite(d) and abs(d) < SAME_US and not alt.get("delta_ccls")
+            and not alt.get("collectives_delta"))
+
+
+def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]]) -> list[str]:
+    """The lines for (group, alternative) pairs, cheapest first; those that cost what the
+    plan costs with its collectives (``_same_as_plan``) as one line when there are several."""
+    same = [(g, a) for g, a in items if _same_as_plan(a)]
+    rest = [(g, a) for g, a in items if not _same_as_plan(a)] if len(same) > 1 else items
+    rest = sorted(rest, key=lambda x: (x[1].get("total_us") is None or not math.isfinite(x[1]["total_us"]),
+                                       x[1].get("delta_us") or 0))
+    lines = [_alternative_line(plan, key, g, a) for g, a in rest]
+    if len(same) > 1:
+        names = [f"`{_leaf(g.get('role', '?'), key)}` → {_md(a.get('option', '?'))}" for g, a in same]
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        lines.append(f"  - {len(same)} alternatives cost what the plan costs ({_signed_us(0.0)}, the same "
+                     f"collectives): {shown}.")
+    return lines
+
+
+def _shown_as_alternative(r: dict, groups: list[dict]) -> bool:
+    """A whole-model alternative the search rejected that changes one group to one of the
+    options listed for it already (the same plan, listed once)."""
+    changed = {(_plan.role(name), json.dumps(sh)) for name, sh in (r.get("arguments_changed") or {}).items()}
+    if len(changed) != 1:
+        return False
+    (role, sh), = changed
+    return any(g.get("role") == role and json.dumps(a.get("sharding")) == sh
+               for g in groups for a in g.get("alternatives") or [])
+
+
+def _rejected(plan: Plan, key: str, comp: dict, rejected: list) -> list[str]:
     """Per group, each alternative priced on the whole model (every other group at the
     plan's choice), cheapest first; then the search's whole-model alternatives that
     changed this component."""
-    cost = plan.get("cost") or {}
-    lines = []
-    for g in comp["groups"]:
-        alts = sorted(g.get("alternatives") or [], key=lambda a: (a.get("total_us") is None, a.get("delta_us") or 0))
-        lines += [_alternative_line(plan, key, g, a) for a in alts]
+    cost = plan.cost or {}
+    lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []])
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         changed = r.get("arguments_changed") or {}
-        if key not in {_changed_component(plan, k) for k in changed}:
+        if key not in {_changed_component(plan, k) for k in changed} or _shown_as_alternative(r, comp["groups"]):
             continue
         total, base = r.get("total_us"), cost.get("total_us")
         delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
@@ -789,13 +901,13 @@ def _rejected(plan: dict, key: str, comp: dict, rejected: list) -> list[str]:
     return ["- **Rejected alternatives:** none priced: the plan JSON lists no alternative for its tensors."]
 
 
-def _changed_component(plan: dict, role: str) -> str | None:
+def _changed_component(plan: Plan, role: str) -> str | None:
     """The component of an argument a whole-model alternative changed (None: a site)."""
     a = _plan.first_arg(plan, role)
     return _plan.arg_component(a, plan) if a else None
 
 
-def _ccls(plan: dict, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
+def _ccls(plan: Plan, comp: dict, pairs: list[dict], n_layers: int, cite: Citer) -> list[str]:
     cs = comp["collectives"]
     if not cs:
         return ["- **CCLs:** none."]
@@ -833,17 +945,26 @@ def _cause(c: dict) -> str:
     return (c.get("cause") or "").lower()
 
 
+def _from_conv(c: dict) -> bool:
+    """A collective whose value a convolution produced (its reason or producer says so)."""
+    return "convolution" in (c.get("producer") or "") or "stablehlo.convolution" in (c.get("reason") or "")
+
+
 def _kind_notes(cs: list[dict], cite: Citer) -> str:
     kinds = {c["kind"] for c in cs}
     out = []
     if any(c["kind"] == "all_reduce" and "norm" in _cause(c) for c in cs):
         out.append(cite.sentence("norm-stats-allreduce", "A norm over a split dim all-reduces its statistics, a "
                                  "small collective (the reduced dim collapses first)"))
-    if any(c["kind"] == "all_reduce" and ("partial sums" in _cause(c) or "row-parallel" in _cause(c)
-                                          or (not c.get("cause") and "partial sums" in (c.get("reason") or "")))
-           for c in cs):
+    partial = [c for c in cs if c["kind"] == "all_reduce" and (
+        "partial sums" in _cause(c) or "row-parallel" in _cause(c)
+        or (not c.get("cause") and "partial sums" in (c.get("reason") or "")))]
+    if any(not _from_conv(c) for c in partial):
         out.append(cite.sentence("row-parallel-allreduce", "A row-parallel matmul leaves partial sums, closed by "
                                  "one all-reduce"))
+    if any(_from_conv(c) for c in partial):
+        out.append("A convolution split on its input channels leaves partial sums over that axis, closed by one "
+                   "all-reduce (as the propagated module has it).")
     if any(c["kind"] == "all_gather" and any(w in _cause(c) for w in ("k/v", "key", "sequence")) for c in cs):
         out.append(cite.sentence("sequence-kv-allgather", "Attention over a sequence-split activation all-gathers "
                                  "K and V along the sequence axis"))
@@ -875,9 +996,9 @@ def _coll_row(c: dict, *, with_component: bool) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _sites(plan: dict, rejected: list, cite: Citer) -> list[str]:
+def _sites(plan: Plan, rejected: list, cite: Citer) -> list[str]:
     """Intermediate values the search could constrain (reshapes that split heads)."""
-    sites = [g for g in plan.get("groups") or [] if g.get("kind") == "intermediate"]
+    sites = [g for g in plan.groups or [] if g.get("kind") == "intermediate"]
     if not sites:
         return []
     out = ["### Intermediate values (sharding constraints)", ""]
@@ -894,12 +1015,10 @@ def _sites(plan: dict, rejected: list, cite: Citer) -> list[str]:
                + " Each site was priced with and without one: "
                + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
     keys = {g["role"] for g in sites}
-    lines = []
-    for g in sites:
-        lines += [_alternative_line(plan, "", g, a) for a in g.get("alternatives") or []]
-    cost = plan.get("cost") or {}
+    lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []])
+    cost = plan.cost or {}
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
-        if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys:
+        if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys and not _shown_as_alternative(r, sites):
             total, base = r.get("total_us"), cost.get("total_us")
             delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
             lines.append(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
@@ -910,7 +1029,7 @@ def _sites(plan: dict, rejected: list, cite: Citer) -> list[str]:
     return out
 
 
-def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> list[str]:
+def section_ccl_budget(plan: Plan, cite: Citer, png_path: str | None = None) -> list[str]:
     out = ["## 5. CCL budget", ""]
     cs = _plan.collectives(plan)
     rows: OrderedDict = OrderedDict()
@@ -928,7 +1047,7 @@ def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> 
     count, nbytes = _plan.ccl_totals(plan)
     t_total = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
     out += [f"| **Total** | | | **{count}** | | **{nbytes}** ({_plan.fmt_bytes(nbytes)}) | **{_plan.fmt_us(t_total)}** |", ""]
-    cost = plan.get("cost") or {}
+    cost = plan.cost or {}
     pc, pb = cost.get("ccl_count"), cost.get("ccl_bytes")
     if (pc is not None and pc != count) or (pb is not None and pb != nbytes):
         out += [f"> **Note:** the listed collectives add up to {count} / {nbytes} bytes but the plan's cost says "
@@ -936,7 +1055,7 @@ def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> 
     prefix, n_layers = _plan.layer_scope(plan)
     if cost.get("ccl_per_layer") is not None:
         kinds: OrderedDict = OrderedDict()
-        for c in plan.get("layer_collectives") or []:
+        for c in plan.layer_collectives or []:
             kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
         out += [f"Per repeated layer: {cost['ccl_per_layer']} collectives"
                 + (" (" + ", ".join(f"{k} x{n}" for k, n in kinds.items()) + ")" if kinds else "")
@@ -957,10 +1076,10 @@ def section_ccl_budget(plan: dict, cite: Citer, png_path: str | None = None) -> 
     return out
 
 
-def section_bottlenecks(plan: dict, cite: Citer) -> list[str]:
+def section_bottlenecks(plan: Plan, cite: Citer) -> list[str]:
     p = plan
     out = ["## 6. Bottlenecks & compiler limitations", ""]
-    c = p.get("cost") or {}
+    c = p.cost or {}
     cs = _plan.collectives(p)
     if c.get("total_us"):
         share = (c.get("ccl_us") or 0) / c["total_us"] * 100
@@ -972,8 +1091,8 @@ def section_bottlenecks(plan: dict, cite: Citer) -> list[str]:
                    f"{_tensor_cell(x.get('shape'), x.get('dtype'))} at op #{x.get('op_index', '?')} in "
                    f"`{x.get('component') or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.get('bytes_per_device') or 0)} "
                    f"per device, {_plan.fmt_us(x.get('time_us'))}.")
-    if p.get("memory_fallback"):
-        out.append(f"- **Memory fallback taken**: {_md(p.get('memory_fallback_reason') or '')}. "
+    if p.memory_fallback:
+        out.append(f"- **Memory fallback taken**: {_md((p.memory_fallback_reason) or '')}. "
                    + cite.sentence("memory-loud-fallback", "Memory is sharded for only as a loud fallback"))
     out.append("")
     out += section_safety_rules(p, cite)
@@ -982,7 +1101,7 @@ def section_bottlenecks(plan: dict, cite: Citer) -> list[str]:
     out += [f"- {h}" for h in hits] if hits else ["- None of the known limitations applies to this plan."]
     if checked:
         out.append(f"- Checked, not hit: {', '.join(checked)}.")
-    out += [f"- Note: {_md(note)}" for note in p.get("notes") or []]
+    out += [f"- Note: {_md(note)}" for note in p.notes or []]
     out.append("")
     return out
 
@@ -1003,9 +1122,9 @@ def _rule_cost(cost: dict | None) -> str:
             f"{_plan.fmt_us(cost['plan_us'])}; that plan is not offered because of the reason above.")
 
 
-def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
+def section_safety_rules(plan: Plan, cite: Citer) -> list[str]:
     """The safety rules that removed candidates, and, loudly, those the user turned off."""
-    rules = plan.get("safety")
+    rules = plan.safety
     if not rules:
         return []
     out = ["Safety rules (patterns the compiler rejects or miscompiles):", ""]
@@ -1046,7 +1165,7 @@ def section_safety_rules(plan: dict, cite: Citer) -> list[str]:
     return out
 
 
-def limitations(plan: dict, cite: Citer) -> tuple[list[str], list[str]]:
+def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     """(limitations this plan hits, names of the ones checked and not hit)."""
     shape, _axes = _plan.mesh_of(plan)
     cs = _plan.collectives(plan)
@@ -1085,14 +1204,14 @@ def limitations(plan: dict, cite: Citer) -> tuple[list[str], list[str]]:
          lambda: cited("tt-mlir-supported-mesh", f"**mesh {'x'.join(map(str, shape))} is not one tt-mlir accepts** "
                        "(\"Mesh is not valid\")", "."))
     n1 = len(shape) == 2 and shape[1] == 1 and shape[0] > 1
-    sharded_out = any(_plan.is_sharded(r.get("sharding")) for r in plan.get("results") or [])
+    sharded_out = False  # the plan leaves every result replicated (its closed, replicated boundary)
     rule("output constraint on an (N,1) mesh", n1 and sharded_out,
          lambda: cited("output-constraint-n1", "an output sharding constraint on an (N,1) mesh is broken", "."))
-    rule("sharded reshape", bool(plan.get("constraints")),
+    rule("sharded reshape", bool(plan.constraints),
          lambda: cited("reshape-constraint-pair", "intermediate constraints are written as a replicated-then-sharded "
                        "pair, the workaround for sharded reshapes", "."))
     conv_spatial = False
-    for a in plan.get("arguments") or []:
+    for a in plan.arguments or []:
         s = a.get("sharding") or []
         if "conv" in a["name"].lower() and len(s) >= 4 and any(s[2:]):
             conv_spatial = True
@@ -1109,12 +1228,12 @@ def _all_reduce_then_slice(cs: list[dict]) -> bool:
     return False
 
 
-def section_sources(plan: dict, cite: Citer) -> list[str]:
+def section_sources(plan: Plan, cite: Citer) -> list[str]:
     return ["## 7. Sources", "", "Cited above by number; each restates a fact from the project's reference notes.", "",
             cite.table(), ""]
 
 
-def section_appendix(plan: dict, cite: Citer) -> list[str]:
+def section_appendix(plan: Plan, cite: Citer) -> list[str]:
     cs = _plan.collectives(plan)
     if not cs:
         return []
@@ -1132,10 +1251,10 @@ BODY_SECTIONS = (section_header, section_model, section_architecture, section_st
                  section_loader_comparison, section_robustness, section_components)
 
 
-def section_tt_mlir(plan: dict) -> list[str]:
+def section_tt_mlir(plan: Plan) -> list[str]:
     """What tt-mlir itself made of the plan (``checks.tt_mlir``): tt-mlir's own output, so
     it states what was read, with no citation."""
-    chk = (plan.get("checks") or {}).get("tt_mlir")
+    chk = (plan.checks or {}).get("tt_mlir")
     out = ["## Checked with tt-mlir", ""]
     if not chk:
         return out + ["Not checked (`--no-check`, or a run without the check).", ""]
@@ -1160,11 +1279,11 @@ def section_tt_mlir(plan: dict) -> list[str]:
         out.append(f"- TTNN runs {chk['ttnn_ops_per_step']} device ops per step ({step.get('compute', 0)} compute, "
                    f"{step.get('layout', 0)} layout and data movement, {step.get('ccl', 0)} collectives) and "
                    f"{chk.get('ttnn_ops_at_load', 0)} at load; the plan priced "
-                   f"{chk.get('priced_device_ops', '?')} compute ops and {len(plan.get('collectives') or [])} "
+                   f"{chk.get('priced_device_ops', '?')} compute ops and {len((plan.collectives) or [])} "
                    f"collectives.")
     if "checked_us" in chk:
         out.append(f"- Checked cost {_plan.fmt_us(chk['checked_us'])} (modeled "
-                   f"{_plan.fmt_us((plan.get('cost') or {}).get('total_us'))}): collectives tt-mlir adds "
+                   f"{_plan.fmt_us(((plan.cost) or {}).get('total_us'))}): collectives tt-mlir adds "
                    f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
                    f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
                    f"kernel plus the op-to-op gap), collectives moved to load time "
@@ -1189,7 +1308,7 @@ def section_tt_mlir(plan: dict) -> list[str]:
             ccl = ", ".join(f"{k} x{n}" for k, n in (r.get("ttnn") or {}).items()) or "none"
             out.append(f"| {r['rank']} | {_plan.fmt_us(r['total_us'])} | {_plan.fmt_us(r.get('checked_us'))} | "
                        f"{'yes' if r['compiled'] else 'no'} | {'yes' if r['matches'] else 'no'} | {ccl} |")
-    for name, b in (plan.get("baselines") or {}).items():
+    for name, b in (plan.baselines or {}).items():
         t = b.get("tt_mlir")
         if t:
             state = ("compiles, but is a likely miscompile (tt-mlir leaves out a reduction XLA makes)"
@@ -1202,7 +1321,7 @@ def section_tt_mlir(plan: dict) -> list[str]:
     return out
 
 
-def _render_one(plan: dict, png_path: str | None, cite: Citer) -> str:
+def _render_one(plan: Plan, png_path: str | None, cite: Citer) -> str:
     lines: list[str] = []
     for section in BODY_SECTIONS:
         lines += section(plan, cite)
@@ -1214,47 +1333,50 @@ def _render_one(plan: dict, png_path: str | None, cite: Citer) -> str:
     return "\n".join(lines + appendix).rstrip() + "\n"
 
 
-def render_report_with_citations(plan: dict, *, png_path: str | list | None = None) -> tuple[str, list[Citer]]:
+def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | list | None = None
+                                 ) -> tuple[str, list[Citer]]:
     """The report and the citers that numbered it (one per model), for tests: each citer's
     ``uses`` lists every citation with the text it follows and the claim it backs."""
-    if plan.get("pipeline"):
-        citers = [Citer() for _ in plan["pipeline"]]
-        head = [f"# Sharding analysis - pipeline of {len(plan['pipeline'])} models", ""]
-        about = f"One mesh shape for all models, chosen for the slowest: `{plan.get('slowest', '?')}`"
+    plan = _typed(plan)
+    if isinstance(plan, PipelinePlan):
+        citers = [Citer() for _ in plan.pipeline]
+        head = [f"# Sharding analysis - pipeline of {len(plan.pipeline)} models", ""]
+        about = f"One mesh shape for all models, chosen for the slowest: `{plan.slowest}`"
         head.append(citers[0].sentence("one-mesh-per-pipeline", about) + " (sources in the first model's section 7)")
-        if plan.get("mesh_choice"):
-            head += ["", mesh_choice_text(plan["mesh_choice"], citers[0])]
-        head += ["", "Models: " + ", ".join(f"`{sub.get('model', '?')}` {_plan.fmt_us((sub.get('cost') or {}).get('total_us'))}"
-                                           for sub in plan["pipeline"]) + " (modeled step each).", ""]
+        if plan.mesh_choice:
+            head += ["", mesh_choice_text(plan.mesh_choice, citers[0])]
+        head += ["", "Models: " + ", ".join(f"`{sub.model}` {_plan.fmt_us((sub.cost or {}).get('total_us'))}"
+                                           for sub in plan.pipeline) + " (modeled step each).", ""]
         parts = ["\n".join(head)]
-        pngs = png_path if isinstance(png_path, (list, tuple)) else [png_path] + [None] * len(plan["pipeline"])
-        for i, sub in enumerate(plan["pipeline"]):
+        pngs = png_path if isinstance(png_path, (list, tuple)) else [png_path] + [None] * len(plan.pipeline)
+        for i, sub in enumerate(plan.pipeline):
             parts.append(_render_one(sub, pngs[i], citers[i]))
         return "\n".join(parts), citers
     cite = Citer()
     return _render_one(plan, png_path, cite), [cite]
 
 
-def render_report(plan: dict, *, png_path: str | list | None) -> str:
+def render_report(plan: Plan | PipelinePlan, *, png_path: str | list | None) -> str:
     """``sharding_analysis.md`` for a plan.
 
     Args:
-      plan: the plan JSON dict (a pipeline plan renders each model in turn).
+      plan: the ``Plan`` (a ``PipelinePlan`` renders each model in turn).
       png_path: where the chart will be, relative to the report (None: no picture); for a
         pipeline, a list gives each model's chart (a single path: the first model's).
     """
     return render_report_with_citations(plan, png_path=png_path)[0]
 
 
-def write_ccl_chart(plan: dict, png_path: str) -> str:
+def write_ccl_chart(plan: Plan | PipelinePlan, png_path: str) -> str:
     """Draw modeled CCL time per component (stacked by kind) to ``png_path``; returns it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if plan.get("pipeline"):
-        plan = plan["pipeline"][0]
+    plan = _typed(plan)
+    if isinstance(plan, PipelinePlan):
+        plan = plan.pipeline[0]
     per: OrderedDict = OrderedDict()
     counts: dict[str, int] = {}
     kinds: list[str] = []
@@ -1285,7 +1407,7 @@ def write_ccl_chart(plan: dict, png_path: str) -> str:
         ax.invert_yaxis()
         ax.set_xlabel("modeled CCL time per step (us)")
         count, nbytes = _plan.ccl_totals(plan)
-        ax.set_title(f"{plan.get('model', '')}: {count} collectives, {_plan.fmt_bytes(nbytes)} per device")
+        ax.set_title(f"{(plan.model or '')}: {count} collectives, {_plan.fmt_bytes(nbytes)} per device")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=max(1, len(kinds)), fontsize=8,
                   frameon=False)
     os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)

@@ -16,6 +16,12 @@ The script keeps its formatting and comments (libcst). shard-opt adds:
   functions or a ``ModelLoader`` the script imports get a wrapping ``def`` or subclass
   after the import (``emit_target``).
 
+* a model the script builds on the meta device is built with weights:
+  ``torch.device("meta")`` / ``device="meta"`` in the script's functions become
+  ``SHARD_OPT_WEIGHTS_DEVICE`` (``"cpu"``, set in the block; ``_MetaToWeights``), and
+  ``shard_opt_model`` / ``shard_opt_inputs`` stop with a clear ``RuntimeError`` on a
+  tensor still on meta (PyTorch would say "Cannot copy out of meta tensor").
+
 PyTorch ``Linear.weight`` is ``[out, in]``; the plan's per-dim axes map one to one onto
 a partition spec: ``[["model"], []]`` -> ``("model", None)``, a dim on two axes ->
 ``(("batch", "model"), None)``.
@@ -75,13 +81,15 @@ def emit_torch(script_source: str, plan: dict, *, loader: str | None = None) -> 
     module = _remove_block(module)
     target = _target(module, loader)
     existing = _existing_mark_sharding(module)
+    weights = _MetaToWeights()
+    module = module.visit(weights)
     wrapper = _ReturnWrapper()
     module = module.visit(wrapper)
     module = _add_wrappers(module, target)
 
     mesh_name = "shard_opt_mesh" if _binds_top_level(module, "mesh") else "mesh"
     needs_inputs = wrapper.found_inputs or target.get("load_inputs") in ("inherited", "rebind", "subclass")
-    block = _block_statements(plan, mesh_name, existing, needs_inputs=needs_inputs)
+    block = _block_statements(plan, mesh_name, existing, needs_inputs=needs_inputs, weights_device=weights.used)
     module = _insert_block(module, block)
 
     ctx = CodemodContext()
@@ -368,7 +376,8 @@ def _traced(plan: dict) -> bool:
     return name.startswith("tenstorrent") and "dispatch=" not in name or "dispatch=traced" in name
 
 
-def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool) -> str:
+def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool,
+                weights_device: bool = False) -> str:
     shape, axes = _plan.mesh_of(plan)
     n = 1
     for s in shape:
@@ -410,6 +419,7 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         f"{mesh_name} = Mesh(np.arange({n}), ({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''}), "
         f"({axes_text}{',' if len(axes) == 1 else ''}))",
         *_weight_format_lines(plan),
+        *(_WEIGHTS_DEVICE_LINES if weights_device else []),
         "",
         "# Partition spec per parameter name, or per role (layer index written *). Parameters",
         "# not listed stay replicated. PyTorch Linear.weight is [out, in].",
@@ -472,6 +482,12 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         f"def {MODEL_HELPER}(model):",
         '    """Move the model to the TT device and mark its sharded parameters."""',
         *(["    apply_weight_dtype_overrides(model, SHARD_OPT_WEIGHT_DTYPES)"] if _weight_overrides(plan) else []),
+        "    meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]",
+        "    if meta:",
+        "        raise RuntimeError(",
+        "            f\"load_model() returned a model without weights ({meta[0]} and {len(meta) - 1} more on the meta \"",
+        "            \"device): build it with its weights, not under torch.device('meta') or init_empty_weights(), \"",
+        "            \"or load them into it (model.load_state_dict(state_dict, assign=True))\")",
         "    model = model.to(torch_xla.device())",
         "    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:",
         "        spec = SHARD_OPT_PARAM_SPECS.get(name, SHARD_OPT_PARAM_SPECS.get(shard_opt_role(name)))",
@@ -534,6 +550,8 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
             "    def place(x):",
             "        if not isinstance(x, torch.Tensor):",
             "            return x",
+            "        if x.is_meta:",
+            "            raise RuntimeError(f\"load_inputs() returned a meta tensor {list(x.shape)}: return inputs with values\")",
             "        x = x.to(device)",
             "        spec = next(specs, None)",
             "        if spec is not None:",
@@ -549,11 +567,12 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
     return "\n".join(lines) + "\n"
 
 
-def _block_statements(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool):
+def _block_statements(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool,
+                      weights_device: bool = False):
     # The block is generated as text and parsed whole, so tuples such as
     # (("batch", "model"), None) keep their parentheses (libcst's template trap does
     # not apply to a parsed module).
-    parsed = cst.parse_module(_block_text(plan, mesh_name, existing, needs_inputs))
+    parsed = cst.parse_module(_block_text(plan, mesh_name, existing, needs_inputs, weights_device))
     body = parsed.body
     first = body[0]
     # libcst keeps a file's opening comments in Module.header: move them onto the
@@ -652,6 +671,79 @@ def _existing_mark_sharding(module: cst.Module) -> list[str]:
     finder = _MarkShardingFinder(module)
     module.visit(finder)
     return finder.found
+
+
+WEIGHTS_DEVICE = "SHARD_OPT_WEIGHTS_DEVICE"
+
+_WEIGHTS_DEVICE_LINES = [
+    "",
+    "# The script builds its model on the meta device (shapes only, which is all shard-opt needs);",
+    "# running it needs weights. shard-opt wrote torch.device(SHARD_OPT_WEIGHTS_DEVICE) where the",
+    "# script's functions said torch.device(\"meta\") (and device=SHARD_OPT_WEIGHTS_DEVICE for",
+    "# device=\"meta\"): the model is built on the CPU with the weights its constructors give it",
+    "# (seeded as the script seeds them), then moved to the TT device. To run trained weights, load",
+    "# them in load_model (from_pretrained, or model.load_state_dict(state_dict, assign=True)).",
+    f'{WEIGHTS_DEVICE} = "cpu"',
+]
+
+
+class _MetaToWeights(cst.CSTTransformer):
+    """``torch.device("meta")`` -> ``torch.device(SHARD_OPT_WEIGHTS_DEVICE)`` and
+    ``device="meta"`` -> ``device=SHARD_OPT_WEIGHTS_DEVICE`` inside the script's functions,
+    so the emitted script builds its model with weights. Left as they are: a function that
+    fills a meta skeleton itself (``to_empty`` or ``load_state_dict(..., assign=True)``, as
+    tt-xla's streaming tests do), ``load_inputs`` (an input's values matter: ``torch.empty``
+    on the CPU would be garbage, so a meta input stops ``shard_opt_inputs`` with a clear
+    error) and module-level code (it runs before the block defines the name). ``used``: the script refers to the name (after a rewrite,
+    or in a script shard-opt wrote before)."""
+
+    def __init__(self):
+        self.depth = 0
+        self.keep = [False]  # per enclosing function: it materializes its own meta model
+        self.used = False
+
+    def visit_FunctionDef(self, node) -> bool:
+        self.depth += 1
+        self.keep.append(self.keep[-1] or node.name.value == "load_inputs" or _fills_meta(node))
+        return True
+
+    def leave_FunctionDef(self, original, updated):
+        self.depth -= 1
+        self.keep.pop()
+        return updated
+
+    def visit_Name(self, node) -> None:
+        if node.value == WEIGHTS_DEVICE:
+            self.used = True
+
+    def _rewrite(self) -> bool:
+        return self.depth > 0 and not self.keep[-1]
+
+    def leave_Call(self, original, updated):
+        f = updated.func
+        if (self._rewrite() and isinstance(f, cst.Attribute) and f.attr.value == "device"
+                and isinstance(f.value, cst.Name) and f.value.value == "torch"
+                and len(updated.args) == 1 and _is_meta(updated.args[0].value) and updated.args[0].keyword is None):
+            self.used = True
+            return updated.with_changes(args=[updated.args[0].with_changes(value=cst.Name(WEIGHTS_DEVICE))])
+        return updated
+
+    def leave_Arg(self, original, updated):
+        if self._rewrite() and updated.keyword is not None and updated.keyword.value == "device" and _is_meta(updated.value):
+            self.used = True
+            return updated.with_changes(value=cst.Name(WEIGHTS_DEVICE))
+        return updated
+
+
+def _is_meta(node) -> bool:
+    return isinstance(node, cst.SimpleString) and node.evaluated_value == "meta"
+
+
+def _fills_meta(fn: cst.FunctionDef) -> bool:
+    """The function calls ``to_empty`` or passes ``assign=True``: it puts weights into its
+    meta model itself."""
+    code = cst.Module([]).code_for_node(fn)
+    return ".to_empty(" in code or "assign=True" in code
 
 
 class _ReturnWrapper(cst.CSTTransformer):

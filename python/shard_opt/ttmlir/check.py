@@ -366,16 +366,21 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
     return out
 
 
-def hold_against_xla(check: dict, plan: dict, result: Compiled, xla: list[dict] | str) -> dict:
+def hold_against_xla(check: dict, plan: dict, result: Compiled, xla: list[dict] | str,
+                     source: str | None = None) -> dict:
     """``check`` (``summarize``'s) with whether tt-mlir keeps every reduction XLA makes for the
     same module: ``xla`` is ``verify.xla_collectives`` of it, or the error XLA gave
-    (``likely_miscompile``: see ``missing_reductions``)."""
+    (``likely_miscompile``: see ``missing_reductions``); ``source`` is the module text tt-mlir
+    compiled (its TTIR's locations are lines of it)."""
     if isinstance(xla, str):
         check["xla"] = {"compiled": False, "error": xla}
     elif "ttir" in result.irs:
         shape, _ = _plan.mesh_of(plan)
-        missing = missing_reductions(result.irs["ttir"], [1, shape[0]] if len(shape) == 1 else shape, xla)
-        check["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing}
+        whole: list[str] = []
+        missing = missing_reductions(result.irs["ttir"], [1, shape[0]] if len(shape) == 1 else shape, xla,
+                                     source=source, whole=whole)
+        check["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing,
+                        **({"reduced_whole_by_tt_mlir": whole} if whole else {})}
         check["likely_miscompile"] = bool(missing)
         if missing:
             check["matches"] = False
@@ -439,7 +444,8 @@ def xla_reductions(xla: list[dict]) -> list[tuple[str, int]]:
     return out
 
 
-def missing_reductions(ttir_text: str, mesh_shape, xla: list[dict]) -> list[str]:
+def missing_reductions(ttir_text: str, mesh_shape, xla: list[dict], *, source: str | None = None,
+                       whole: list | None = None) -> list[str]:
     """The reductions XLA's SPMD partitioner inserts for the same shardings that tt-mlir's
     TTIR has no counterpart for, in words (empty: every one is there).
 
@@ -450,19 +456,68 @@ def missing_reductions(ttir_text: str, mesh_shape, xla: list[dict]) -> list[str]
     axes is one TTIR op per axis, each of the same tensor). A reduction XLA makes and
     tt-mlir does not is a partial sum read as if whole: the result is wrong (how the
     residual-stream failure shows, issue #22). Reductions at load time (const-eval) count
-    as tt-mlir's too."""
+    as tt-mlir's too.
+
+    XLA partitions again, and may split a value the plan keeps whole and then reduce its
+    partial sums: a reduction tt-mlir runs on every device over the whole extent of the
+    reduced dims (``local_whole_reductions``, read against the ``source`` module tt-mlir
+    compiled) needs no collective, so an XLA reduction of that many elements is paired
+    with it and said in ``whole`` instead (measured: the Qwen3.5 conv fixture, where XLA
+    all-reduces a 128-element sum that tt-mlir computes whole, 64 of 64 per device)."""
     ops, _, _ = vir.parse_dump(ttir_text, list(mesh_shape))
     have: dict[int, int] = {}
     for o in ops:
         if o.kind in ("all_reduce", "reduce_scatter"):
             e = math.prod(o.in_shape) if o.in_shape else 0
             have[e] = have.get(e, 0) + 1
+    local = local_whole_reductions(ttir_text, source) if source else {}
     out = []
     for kind, e in xla_reductions(xla):
         if have.get(e, 0) > 0:
             have[e] -= 1
+        elif local.get(e, 0) > 0:
+            local[e] -= 1
+            if whole is not None:
+                whole.append(f"XLA {kind.replace('_', '-')}s a {e}-element partial sum that tt-mlir computes "
+                             f"whole on each device")
         else:
             out.append(f"XLA {kind.replace('_', '-')}s a {e}-element partial sum tt-mlir never reduces")
+    return out
+
+
+_TTIR_REDUCE = re.compile(r'"ttir\.(?:sum|mean|max|min|prod)"\(.*?dim_arg = \[([^\]]*)\].*?:\s*\(tensor<([^>]*)>\)'
+                          r'\s*->\s*tensor<([^>]*)>\s+loc\(([^)]*)\)')
+_LOC_ALIAS = re.compile(r'^(#loc\d+) = loc\("[^"]*":(\d+):\d+\)', re.M)
+_SHLO_REDUCE = re.compile(r'stablehlo\.reduce\(.*?across dimensions = \[([^\]]*)\].*?:\s*\(tensor<([^>]*)>')
+
+
+def _dims(t: str) -> list[int]:
+    return [int(d) for d in t.split("x")[:-1]]
+
+
+def local_whole_reductions(ttir_text: str, source: str) -> dict[int, int]:
+    """{per-device result elements: count} of TTIR's reductions (sum, mean, max, min, prod)
+    that reduce, on each device, the whole extent of the dims the ``source`` op (the
+    ``stablehlo.reduce`` on the line their location names) reduces: no partial sum is left."""
+    aliases = {a: int(line) for a, line in _LOC_ALIAS.findall(ttir_text)}
+    lines = source.splitlines()
+    out: dict[int, int] = {}
+    for dims, operand, result, loc in _TTIR_REDUCE.findall(ttir_text):
+        m = re.match(r'"[^"]*":(\d+):\d+', loc)
+        line = int(m.group(1)) if m else aliases.get(loc.strip())
+        if not line or line > len(lines):
+            continue
+        src = _SHLO_REDUCE.search(lines[line - 1])
+        if src is None:
+            continue
+        g, d = _dims(src.group(2)), _dims(operand)
+        reduced = [int(x.split(":")[0]) for x in dims.split(",") if x.strip()]
+        src_reduced = [int(x) for x in src.group(1).split(",") if x.strip()]
+        if len(g) != len(d) or sorted(reduced) != sorted(src_reduced):
+            continue
+        if all(d[k] == g[k] for k in reduced):
+            e = math.prod(_dims(result)) if _dims(result) else 1
+            out[e] = out.get(e, 0) + 1
     return out
 
 

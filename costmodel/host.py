@@ -1,0 +1,65 @@
+"""Host and dispatch time per decode step, by execution path: the time a token costs
+outside the device kernels and the op-to-op gaps the cost model prices.
+
+It is a property of the software path that runs the model, not of the sharding: the
+search does not add it (every candidate pays the same), ``benchmarks/fidelity.py`` adds
+it to end-to-end rows and reports device-only and end-to-end ratios side by side
+(docs/costmodel.md 4d.1). Each figure is what its source measured for that path, never a
+number taken from another model to close a gap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shard_opt.errors import UserError
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """One execution path: its host time per decode step (us), what it covers, the source."""
+
+    name: str
+    host_us: float
+    covers: str
+    source: str
+
+
+HOST_PATHS = {
+    p.name: p for p in (
+        # The token is sampled and fed back on device, the step is one trace replay:
+        # kernels + op-to-op gaps x 80 layers + the LM head tail give 14.05 ms against the
+        # measured 14.01 ms (references/measurements.md section 2).
+        HostPath("tt-metal-on-device", 0.0,
+                 "traced; sampling and the next step's inputs stay on device (Galaxy Llama-70B demo)",
+                 "tt-metal models/demos/llama3_70b_galaxy/PERF.md with decoder_perf_targets_6u.json "
+                 "(measurements.md section 2)"),
+        # tt_transformers' traced decode reads the token back each step: pipelining that
+        # read-back removed 0.39 ms per step on Llama-3.2-1B and 3B alike on a T3K ("the
+        # fixed per-step host cost is identical between models").
+        HostPath("tt-metal-traced", 390.0,
+                 "traced; the sampled token is read back to the host each step (tt_transformers)",
+                 "tt-metal issue 49345 (Stage-2 pipelined readback: -0.39 ms/step, same on 1B and 3B)"),
+        # tt-xla's LLM benchmark, untraced: the logits come to the host every step for the
+        # argmax, the next ids and cache position go back: "transferring the output tensors
+        # to host alone adds ~20ms of overhead per decode step" (multichip).
+        HostPath("tt-xla-untraced", 20000.0,
+                 "untraced; logits to host, argmax on CPU, ids and cache position back (multichip)",
+                 "tt-xla issue 3617 (~20 ms per decode step for the output transfer alone)"),
+        # vLLM's own CPU work per iteration (scheduler, input preparation, output
+        # processing), profiled with viztracer "in the order of 4 ms". tt-xla's plugin adds
+        # a device-host round trip of the hidden state between its two decode graphs
+        # (tt-xla issue 4824), not quantified: a lower bound.
+        HostPath("vllm", 4000.0,
+                 "vLLM's per-iteration CPU work (scheduler, inputs, outputs); a lower bound for "
+                 "tt-xla's plugin (its 2-graph round trip, tt-xla issue 4824, is not included)",
+                 "tt-metal PR 56048 (review comment: viztracer of vLLM's CPU overhead, ~4 ms per iteration)"),
+        HostPath("none", 0.0, "device time only", "-"),
+    )
+}
+
+
+def host_path(name: str) -> HostPath:
+    if name not in HOST_PATHS:
+        raise UserError(f"unknown execution path {name!r}; use one of {', '.join(HOST_PATHS)}")
+    return HOST_PATHS[name]

@@ -1,0 +1,100 @@
+"""The plan as one typed value: ``Plan.to_json`` / ``Plan.from_json`` round-trip real plans,
+and a plan JSON of another schema version (or none) is refused with one line."""
+
+import json
+import os
+
+import pytest
+
+from shard_opt import plan as plan_mod
+from shard_opt.plan import SCHEMA_VERSION, PipelinePlan, Plan, PlanSchemaError, dumps, plan_from_json
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.mlir")
+BLOCK = os.path.join(ROOT, "examples", "transformer_block.mlir")
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Plan JSONs the CLI wrote: a search on two meshes, a pipeline and an --evaluate."""
+    from shard_opt.cli import main
+
+    d = tmp_path_factory.mktemp("plans")
+    runs = {"mlp@2x4": [MLP, "--mesh", "2x4"], "block@1x8": [BLOCK, "--mesh", "1x8"],
+            "pipeline@2x4": [MLP, BLOCK, "--mesh", "2x4"]}
+    out = {}
+    for name, argv in runs.items():
+        path = d / f"{name}.json"
+        assert main([*argv, "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"]) == 0
+        out[name] = json.loads(path.read_text())
+    assert main([str(d / "mlp@2x4.mlir"), "--evaluate", "--plan-json", str(d / "eval.json"), "--quiet"]) == 0
+    out["evaluate"] = json.loads((d / "eval.json").read_text())
+    return out
+
+
+@pytest.mark.parametrize("name", ["mlp@2x4", "block@1x8", "pipeline@2x4", "evaluate"])
+def test_real_plans_round_trip(real, name):
+    data = real[name]
+    assert data["schema_version"] == SCHEMA_VERSION
+    p = plan_from_json(data, where=name)
+    assert isinstance(p, PipelinePlan if name.startswith("pipeline") else Plan)
+    assert p.to_json() == data  # every key written is a field, and nothing is added or lost
+    assert type(p).from_json(p.to_json()) == p
+    assert type(p).from_json(json.loads(dumps(p))) == p
+
+
+def test_fields_are_typed_values(real):
+    p = Plan.from_json(real["mlp@2x4"])
+    assert p.mesh == {"shape": [2, 4], "axes": ["batch", "model"]}
+    assert p.cost["ccl_count"] == len(p.collectives)
+    assert p.safety and p.robustness and p.guards is not None
+    assert p["cost"] is p.cost and p.get("kv_layout") is None and "kv_layout" not in p
+    with pytest.raises(KeyError):
+        p["kv_layout"]
+    copy = p.to_json()
+    copy["cost"]["total_us"] = -1.0  # to_json is a copy: the plan is unchanged
+    assert p.cost["total_us"] != -1.0
+
+
+def test_optional_fields_are_left_out_and_notes_append(real):
+    p = Plan.from_json(real["mlp@2x4"])
+    p.notes = None
+    assert "notes" not in p.to_json()
+    p.note("one")
+    p.note("two")
+    assert p.to_json()["notes"] == ["one", "two"]
+    assert p.to_json()["memory_fallback_reason"] is None  # required: written even when null
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d.pop("schema_version"), "plan JSON has no schema_version; this shard-opt reads schema_version 1"),
+    (lambda d: d.update(schema_version=99), "plan JSON has schema_version 99; this shard-opt reads schema_version 1"),
+    (lambda d: d.update(unheard_of=1), "unknown plan JSON key(s) 'unheard_of' for schema_version 1"),
+    (lambda d: d.pop("collectives"), "plan JSON lacks 'collectives'"),
+    (lambda d: d.update(mesh=[2, 4]), "plan JSON key 'mesh' is list, not dict"),
+])
+def test_bad_plan_json_is_one_clear_line(real, edit, words):
+    data = json.loads(json.dumps(real["mlp@2x4"]))
+    edit(data)
+    with pytest.raises(PlanSchemaError) as e:
+        Plan.from_json(data, where="P.json")
+    msg = str(e.value)
+    assert msg.startswith("P.json: ") and words in msg and "\n" not in msg
+
+
+def test_a_pipeline_is_not_one_models_plan(real):
+    with pytest.raises(PlanSchemaError, match="a pipeline plan"):
+        Plan.from_json(real["pipeline@2x4"])
+    with pytest.raises(PlanSchemaError, match="one model's plan"):
+        PipelinePlan.from_json(real["mlp@2x4"])
+
+
+def test_the_schema_lists_every_key_the_driver_writes():
+    """Every key of docs/plan.md's table is a field of Plan (and the other way round)."""
+    with open(os.path.join(ROOT, "docs", "plan.md")) as f:
+        doc = f.read()
+    import re
+
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", doc, re.M))
+    fields = {f.name for f in plan_mod.dataclasses.fields(Plan)} | {"schema_version"}
+    assert documented == fields
