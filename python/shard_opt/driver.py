@@ -19,7 +19,7 @@ from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_s
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
-    Evaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
+    Evaluator, LayeredEvaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
@@ -676,7 +676,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
         if user.activations:
-            plan["baselines"]["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
+            plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
         if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
             plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
         if user.mesh and list(user.mesh) != list(mesh.shape):
