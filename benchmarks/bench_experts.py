@@ -8,7 +8,9 @@ tt-forge-models or tt-xla), on the mesh its ``get_mesh_config(N)`` names for N =
     python -m shard_opt.cli SCRIPT --mesh M [--phase decode] --plan-json TMP --quiet -o /dev/null
 
 in its own process and reads two prices from the plan JSON, both from the same cost
-model: the expert spec's (``baselines["loader-spec"]``) and shard-opt's own plan's
+model: the expert spec's (``baselines["loader-spec"]``: its weight spec and, where the
+loader has ``load_activation_shard_spec``, its activation constraints -- the Wan DiT's
+sequence parallelism, since 2026-12-02) and shard-opt's own plan's
 (``cost``). Columns: modeled microseconds of each, plan / expert (< 1: shard-opt's plan
 is modeled faster), and the collectives of one repeated layer of each
 (``loader-spec.ccl_per_layer``, ``cost.ccl_per_layer``).
@@ -17,7 +19,8 @@ Two rows get the per-block CCL bill in the terms of the seed's pages:
 
 * Wan DiT: a layer collective is "big" when its ``bytes_per_device`` is at least 1/8 of
   the largest layer collective's of the same plan, else "small" (the seed page bills a
-  block at "5 big + 4 small" on 8x4 and "3 big + 4 small" on 1x4).
+  block at "5 big + 4 small" on 8x4 and "3 big + 4 small" on 1x4), listed by kind and
+  axis; ``all_slice`` (no communication) is not counted.
 * Wan VAE (no repeated layers in the seed's sense): the ``all_reduce`` collectives whose
   component lies in a residual block (``...resnets.N``), counted per block and
   classified big/small the same way, beside the seed page's "1 big + 1 small all_reduce
@@ -236,9 +239,14 @@ def summarize(row: Row, result: dict) -> dict:
         out["expert_missing"] = True
     else:
         out["expert_us"] = expert.get("total_us")
+        if out["expert_us"] is None and (expert.get("as_written") or {}).get("total_us") is not None:
+            # no figure within the compiler-safety rules: the spec as written, said in the note
+            out["expert_us"] = expert["as_written"]["total_us"]
+            out["expert_breaks"] = expert.get("still_breaks") or expert.get("breaks") or []
         out["expert_ccl_per_layer"] = expert.get("ccl_per_layer")
         out["expert_unmatched"] = len(expert.get("unmatched") or [])
         out["expert_not_dividing"] = len(expert.get("not_dividing") or [])
+        out["expert_activations"] = len(expert.get("activations") or {})
     if row.script.bill == "dit":
         out["bill"] = dit_bill(plan, expert)
     elif row.script.bill == "vae":
@@ -256,11 +264,36 @@ def big_small(collectives: list[dict]) -> tuple[int, int]:
 
 
 def dit_bill(plan: dict, expert: dict | None) -> str:
-    """Per-block CCLs of the expert spec and of the plan, in the seed page's big/small terms."""
-    exp = NO_BASELINE if expert is None else "%d big + %d small" % big_small(expert.get("layer_collectives") or [])
+    """Per-block CCLs of the expert spec and of the plan, in the seed page's big/small terms,
+    each with its collectives by kind and axis (the page's are 2 SP all_gathers + 3 TP
+    all_reduces big, 4 norm-stats all_reduces small on 8x4)."""
+    if expert is None:
+        exp = NO_BASELINE
+    elif "layer_collectives" in expert:
+        exp = bill_text(expert["layer_collectives"])
+    else:  # priced whole (--layers 2): its collectives of the first block, marked as the plan's are
+        exp = bill_text(plan_layer_collectives(expert)[0]) + "*"
     layer, derived = plan_layer_collectives(plan)
-    mine = "%d big + %d small" % big_small(layer) + ("*" if derived else "")
+    mine = bill_text(layer) + ("*" if derived else "")
     return f"per block: expert {exp} / plan {mine} ({SEED_DIT})"
+
+
+def bill_text(collectives: list[dict]) -> str:
+    """``5 big + 4 small (big: all_gather@batch x2, all_reduce@model x3; small: ...)``; an
+    ``all_slice`` is not counted (each device keeps its part: no communication, not a CCL
+    once lowered), as the seed page counts none."""
+    collectives = [c for c in collectives if c["kind"] != "all_slice"]
+    big, small = big_small(collectives)
+    if not collectives:
+        return "0 big + 0 small"
+    top = max(c["bytes_per_device"] for c in collectives)
+
+    def kinds(want_big: bool) -> str:
+        n = Counter(f"{c['kind']}@{'+'.join(c.get('axes') or [])}" for c in collectives
+                    if (c["bytes_per_device"] >= BIG_FRACTION * top) == want_big)
+        return ", ".join(f"{k} x{v}" for k, v in sorted(n.items())) or "none"
+
+    return f"{big} big + {small} small (big: {kinds(True)}; small: {kinds(False)})"
 
 
 def plan_layer_collectives(plan: dict) -> tuple[list[dict], bool]:
@@ -337,6 +370,11 @@ def cells(s: dict) -> list[str]:
             notes.append(f"{s['expert_unmatched']} spec entries unmatched")
         if s.get("expert_not_dividing"):
             notes.append(f"{s['expert_not_dividing']} not dividing")
+        if s.get("expert_breaks"):
+            notes.append(f"expert us as written: it breaks {', '.join(s['expert_breaks'])} with every split "
+                         f"kept (no figure within the rules)")
+        if s.get("expert_activations"):
+            notes.append(f"{s['expert_activations']} activation-spec entries priced")
     return [s["model"], s["mesh"], s["phase"], expert_us, num(s.get("plan_us")), ratio, expert_ccl,
             num(s.get("plan_ccl_per_layer"), "{}"), wall, "; ".join(notes)]
 

@@ -2,7 +2,7 @@
 
 For each model, mesh and phase: search seconds, candidates evaluated, peak RSS, and the
 plan's modeled time as a ratio to each baseline (replicated, megatron,
-autoshard-heuristic), to the ideal bound (single-chip time / devices, no collectives)
+one-axis-heuristic, called autoshard-heuristic before 2026-12-02), to the ideal bound (single-chip time / devices, no collectives)
 and, where the space is small, to the exhaustive optimum.
 
     python benchmarks/bench_search.py                      # the default matrix (slow: full-size models)
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
                     "candidates": plan["search"]["candidates_evaluated"], "peak_rss_mb": r["peak_rss_mb"],
                     "plan_us": t, "vs_replicated": ratio(t, b["replicated"]["total_us"]),
                     "vs_megatron": ratio(t, b["megatron"]["total_us"]),
-                    "vs_autoshard": ratio(t, b["autoshard-heuristic"]["total_us"]),
+                    "vs_autoshard": ratio(t, (b.get("one-axis-heuristic") or b["autoshard-heuristic"])["total_us"]),
                     "vs_ideal": t / ideal if ideal else None, "vs_optimum": (t / opt) if opt else None,
                     "vs_restarts": (t / rst) if rst else None,
                     "strategy": plan["strategy"], "wall_s": r["wall_s"],

@@ -24,7 +24,11 @@ not one of the model's tensors is listed as ``unmatched``.
 
 A ``--spec`` file is a Python file defining ``load_shard_spec(model)`` (and optionally
 ``get_mesh_config(num_devices)``), or JSON: ``{"mesh": [2, 4], "spec": {name: [...]}}``
-or just ``{name: [...]}``.
+or just ``{name: [...]}``, with optional ``"activations": {module: spec | {"then": [spec, ...]}}``.
+A loader's (or Python spec file's) ``load_activation_shard_spec(model)`` -- ``{module:
+spec}`` (tt-xla PR 5512), a list value meaning specs applied back to back -- is captured
+beside the spec as ``"activations": {name: [dims or None, ...]}``
+(``shard_opt.activations`` says what a key may name).
 """
 
 from __future__ import annotations
@@ -46,10 +50,18 @@ def loader_functions(obj) -> tuple:
     return spec, mesh if callable(mesh) else None
 
 
-def capture(model, functions, *, where: str, source: str, run_user) -> dict | None:
+def activation_function(obj):
+    """A loader's ``load_activation_shard_spec(model)`` (tt-xla PR 5512: ``{module: output
+    partition spec}``), or None."""
+    fn = getattr(obj, "load_activation_shard_spec", None)
+    return fn if callable(fn) else None
+
+
+def capture(model, functions, *, where: str, source: str, run_user, activation_fn=None) -> dict | None:
     """The spec ``functions`` (from ``loader_functions``) give for ``model``, for every
     standard device count; None when the loader returns no spec. ``run_user`` calls the
-    user's code (output to stderr, errors as one line)."""
+    user's code (output to stderr, errors as one line). ``activation_fn``: the loader's
+    ``load_activation_shard_spec``, captured as ``"activations"`` per count."""
     load_shard_spec, get_mesh_config = functions
     names = {}
     for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
@@ -74,6 +86,10 @@ def capture(model, functions, *, where: str, source: str, run_user) -> dict | No
         if raw is None:
             continue
         by_devices[str(n)] = {"mesh": mesh, **_named(raw, names, where)}
+        if activation_fn is not None:
+            acts = run_user(where, "load_activation_shard_spec(model)", activation_fn, model)
+            if acts:
+                by_devices[str(n)]["activations"] = _activations(acts, model, where)
     if not by_devices and not refused:
         return None
     out = {"source": source, "where": where, "by_devices": by_devices}
@@ -109,9 +125,17 @@ def load_spec_file(path: str, model=None, *, run_user=None) -> dict:
         spec = data.get("spec", data if "spec" not in data else None)
         if not isinstance(spec, dict):
             raise UserError(f"--spec {path}: \"spec\" must map tensor names to partition specs")
-        entries = {str(k): _dims(v, path, k) for k, v in spec.items() if k != "mesh"}
-        return {"source": "spec file", "where": path,
-                "by_devices": {"*": {"mesh": list(mesh) if mesh else None, "spec": entries, "unmatched": []}}}
+        entries = {str(k): _dims(v, path, k) for k, v in spec.items() if k not in ("mesh", "activations")}
+        entry = {"mesh": list(mesh) if mesh else None, "spec": entries, "unmatched": []}
+        acts = data.get("activations")
+        if acts is not None:
+            if not isinstance(acts, dict):
+                raise UserError(f"--spec {path}: \"activations\" must map module names (or 'OP IN->OUT') to "
+                                f"partition specs")
+            entry["activations"] = {str(k): _activation_specs(v.get("then") if isinstance(v, dict) else v, path, k,
+                                                              many=isinstance(v, dict))
+                                    for k, v in acts.items()}
+        return {"source": "spec file", "where": path, "by_devices": {"*": entry}}
     if not path.endswith(".py"):
         raise UserError(f"--spec {path}: give a .py defining load_shard_spec(model) or a .json")
     if model is None:
@@ -126,7 +150,8 @@ def load_spec_file(path: str, model=None, *, run_user=None) -> dict:
     if functions is None:
         raise UserError(f"--spec {path}: defines no load_shard_spec(model); define it (returning "
                         f"{{tensor: partition_spec}})")
-    found = capture(model, functions, where=path, source="spec file", run_user=run_user)
+    found = capture(model, functions, where=path, source="spec file", run_user=run_user,
+                    activation_fn=activation_function(mod))
     if found is None:
         raise UserError(f"--spec {path}: load_shard_spec(model) returned None; return a dict")
     return found
@@ -160,6 +185,32 @@ def _named(raw, names: dict, where: str) -> dict:
                 continue
         spec[name] = _dims(value, where, name)
     return {"spec": spec, "unmatched": unmatched}
+
+
+def _activations(raw, model, where: str) -> dict:
+    """``load_activation_shard_spec``'s answer as plain data: {module name or 'OP IN->OUT':
+    [dims or None, ...]} (a list value: specs applied back to back; None: replicated)."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{where}: load_activation_shard_spec returned {type(raw).__name__}; return "
+                        f"{{module: partition_spec}}")
+    modules = {id(m): n for n, m in model.named_modules()}
+    out = {}
+    for key, value in raw.items():
+        name = key if isinstance(key, str) else modules.get(id(key))
+        if name is None:
+            raise UserError(f"{where}: load_activation_shard_spec has a key {type(key).__name__} that is not one "
+                            f"of the model's modules; key it by the module (or its name)")
+        out[name] = _activation_specs(value, where, name, many=isinstance(value, list))
+    return out
+
+
+def _activation_specs(value, where: str, name, *, many: bool) -> list:
+    if not many:
+        return [None if value is None else _dims(value, where, name)]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise UserError(f"{where}: the activation spec of {name} is {value!r}; give a spec, or a list of specs "
+                        f"applied back to back")
+    return [None if v is None else _dims(v, where, name) for v in value]
 
 
 def _dims(value, where: str, name) -> list:

@@ -686,7 +686,8 @@ def load_script(path: str, *, layers: int | None = None, batch: int | None = Non
         user_spec = shard_spec.load_spec_file(spec, model, run_user=_run_user)
     else:
         functions = shard_spec.loader_functions(loader)
-        user_spec = (shard_spec.capture(model, functions, where=path, source="loader", run_user=_run_user)
+        user_spec = (shard_spec.capture(model, functions, where=path, source="loader", run_user=_run_user,
+                                        activation_fn=shard_spec.activation_function(loader))
                      if functions else None)
 
     stem = os.path.splitext(os.path.basename(path))[0]

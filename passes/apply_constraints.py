@@ -13,7 +13,9 @@ one site, so the search decides it once, like a role. ``find_sites`` lists them.
 
 The driver puts site -> sharding into the pass context (``constraints``); this pass
 puts ``%c = sdy.sharding_constraint %r <@mesh, [...]>`` after each matching reshape and
-points every other use of ``%r`` at ``%c``.
+points every other use of ``%r`` at ``%c``. Keys ``activation:KEY`` are a user's activation
+spec (a loader's ``load_activation_shard_spec``; ``shard_opt.activations``): the values
+``KEY`` names get their constraints, back to back, before the sites'.
 
 Options:
   constraints: constraints given on the command line, for tests: ``SITE=DIM/DIM/...``
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shard_opt import ir
+from shard_opt import activations, ir
 from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.passes.shardy_propagate import constraint_op, mesh_name_of
@@ -52,6 +54,9 @@ class ApplyConstraints(ModulePass):
             raise UserError("apply-constraints: the module has no sdy.mesh; run add-mesh first")
         irm = ir.ir()
         with module.context:
+            for key, c in wanted.items():  # a user's activation spec (shard_opt.activations)
+                if key.startswith(activations.PREFIX):
+                    activations.insert(module, ctx.arguments or [], key[len(activations.PREFIX):], c, mesh_name)
             for op, site in _site_ops(module):
                 s = wanted.get(site)
                 if s is None:

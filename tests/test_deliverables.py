@@ -333,7 +333,7 @@ def test_the_run_writes_every_deliverable(d):
     plan = d.plan
     assert plan["model"] == "llama_load" and plan["source"] == "pytorch"
     assert plan["mesh"] == {"shape": [2, 4], "axes": ["batch", "model"]} and plan["system"] == "wh-loudbox"
-    assert {"replicated", "megatron", "autoshard-heuristic"} <= set(plan["baselines"])
+    assert {"replicated", "megatron", "one-axis-heuristic"} <= set(plan["baselines"])
     assert plan["cost"]["ccl_count"] == sum(_plan.multiplicity(c) for c in plan["collectives"])
     assert plan["cost"]["ccl_bytes"] == sum(c["bytes_per_device"] * _plan.multiplicity(c) for c in plan["collectives"])
 

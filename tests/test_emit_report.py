@@ -274,16 +274,16 @@ def test_a_baseline_that_breaks_a_rule_is_said_so(plan):
     p = copy.deepcopy(plan)
     mine = p.cost["total_us"]
     p.safety = safety.report({}, frozenset(), {})  # the rules themselves, not a copy of them
-    p.baselines["autoshard-heuristic"] = {
+    p.baselines["one-axis-heuristic"] = {
         "total_us": mine + 20.0, "ccl_count": 2, "ccl_bytes": 1024, "breaks": ["vocab-gather"],
         "adjusted": [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather", "was": [["model"], []]}],
         "as_written": {"total_us": mine - 5.0, "ccl_count": 4, "fits": True}}
     p.baselines["megatron"] = {"total_us": None, "ccl_count": 6, "breaks": ["residual-stream"],
                                   "still_breaks": ["residual-stream"], "as_written": {"total_us": mine + 1.0}}
     text = _section(render_report(p, png_path=None), "## 3. Recommended strategy (summary)")
-    row = next(ln for ln in text.splitlines() if ln.startswith("| autoshard-heuristic"))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| one-axis-heuristic"))
     assert "⚠ within the rules (breaks `vocab-gather` as written)" in row
-    para = next(ln for ln in text.splitlines() if ln.startswith("**⚠ Baseline `autoshard-heuristic`"))
+    para = next(ln for ln in text.splitlines() if ln.startswith("**⚠ Baseline `one-axis-heuristic`"))
     assert f"As written it is priced {_plan.fmt_us(mine - 5.0)}" in para and f"{_plan.fmt_us(mine + 20.0)}." in para
     assert "`model.embed_tokens.weight` `(\"model\", None)`" in para and re.search(r"\[\d+\]", para)
     para = next(ln for ln in text.splitlines() if ln.startswith("**⚠ Baseline `megatron`"))

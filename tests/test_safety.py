@@ -190,7 +190,7 @@ def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
     # plan the search may not make; the baseline is priced with that split replicated, its
     # figure as written and the rule beside it, and the report says so
     plan, report = _tied_plan(run_cli, tmp_path)
-    auto = plan["baselines"]["autoshard-heuristic"]
+    auto = plan["baselines"]["one-axis-heuristic"]
     assert auto["breaks"] == ["vocab-gather"]
     assert auto["adjusted"] == [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather",
                                  "was": [["model"], []]}]
@@ -201,16 +201,16 @@ def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
     # the same treatment as Megatron's; the replicated baseline breaks nothing
     assert plan["baselines"]["megatron"]["breaks"] == ["vocab-gather"]
     assert "breaks" not in plan["baselines"]["replicated"] and "as_written" not in plan["baselines"]["replicated"]
-    assert any(n.startswith("the autoshard-heuristic baseline keeps model.embed_tokens.weight") for n in plan["notes"])
+    assert any(n.startswith("the one-axis-heuristic baseline keeps model.embed_tokens.weight") for n in plan["notes"])
     # the report: the rule, both figures, never a silent comparison
-    para = next(ln for ln in report.splitlines() if ln.startswith("**⚠ Baseline `autoshard-heuristic`"))
+    para = next(ln for ln in report.splitlines() if ln.startswith("**⚠ Baseline `one-axis-heuristic`"))
     assert "`vocab-gather`" in para and re.search(r"\[\d+\]", para)
     assert f"{auto['as_written']['total_us']:.1f} us" in para and f"{auto['total_us']:.1f} us" in para
-    row = next(ln for ln in report.splitlines() if ln.startswith("| autoshard-heuristic"))
+    row = next(ln for ln in report.splitlines() if ln.startswith("| one-axis-heuristic"))
     assert "breaks `vocab-gather` as written" in row and f"{auto['total_us']:.1f} us" in row
     # --allow vocab-gather: the split is allowed, the baseline is its plan as written
     free, report = _tied_plan(run_cli, tmp_path, "--allow", "vocab-gather")
-    auto_free = free["baselines"]["autoshard-heuristic"]
+    auto_free = free["baselines"]["one-axis-heuristic"]
     assert "breaks" not in auto_free and "as_written" not in auto_free
     assert auto_free["total_us"] == auto["as_written"]["total_us"]
     assert auto_free["arguments"]["model.embed_tokens.weight"] == [["model"], []]

@@ -157,7 +157,7 @@ def test_plan_json_has_the_design_fields(mlp):
     for key in ("model", "mesh", "system", "arguments", "collectives", "cost", "baselines", "search"):
         assert key in plan
     assert plan["mesh"] == {"shape": [2, 4], "axes": ["batch", "model"]}
-    assert set(plan["baselines"]) == {"replicated", "megatron", "autoshard-heuristic"}
+    assert set(plan["baselines"]) == {"replicated", "megatron", "one-axis-heuristic"}
     c = plan["cost"]
     assert c["ccl_count"] == len(plan["collectives"])
     assert c["ccl_bytes"] == sum(x["bytes_per_device"] for x in plan["collectives"])
@@ -190,5 +190,5 @@ def test_transformer_block_at_least_as_fast_as_both_baselines(mesh):
     plan = plan_for(block, mesh)
     assert not plan["search"]["exhaustive"]  # the local search, not enumeration
     assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"]
-    assert plan["cost"]["total_us"] <= plan["baselines"]["autoshard-heuristic"]["total_us"]
+    assert plan["cost"]["total_us"] <= plan["baselines"]["one-axis-heuristic"]["total_us"]
     assert plan["cost"]["total_us"] < plan["baselines"]["replicated"]["total_us"]

@@ -19,12 +19,16 @@ patch_embedding, proj_out, time_proj and the scale-shift tables replicated. Mesh
 
 tt-xla adds sequence parallelism on "batch" with activation constraints
 (``apply_dit_sp_activation_sharding``: forward hooks calling
-``sharding_constraint_tensor``), which ``load_shard_spec`` cannot express: they are
-described in ``ACTIVATION_SHARDING`` below for the report. **Only the weight spec is
-priced today**, so on a mesh whose "batch" axis is larger than 1 the priced expert
-plan is tensor parallel on "model" with "batch" replicated, not tt-xla's TP + SP. The
-tile padding of the token dim (32760 -> 32768, tt-xla ``monkey_patch.py``) is not
-applied either.
+``sharding_constraint_tensor``), described in ``ACTIVATION_SHARDING`` below. Since
+2026-12-02 they are priced with the weight spec: ``load_activation_shard_spec`` gives
+them in shard-opt's activation-spec form (``shard_opt.activations``; tt-xla's loaders
+declare theirs the same way, ``{module: spec}``, tt-xla PR 5512): the block-stack entry
+and the two rotary tables are values inside ``forward()`` no module returns, so they are
+named by the op that makes them and its shapes (the ``transpose`` of
+``flatten(2).transpose(1, 2)``, the rope's final ``reshape``), each with tt-xla's
+replicated-then-split pair; ``proj_out``'s output by its module. The tile padding of the
+token dim (32760 -> 32768, tt-xla ``monkey_patch.py``) is not applied: 32760 tokens
+divide by 2 and by 8 as they are.
 
     shard-opt benchmarks/experts/wan_dit_14b.py --mesh 2x4 --plan-json plan.json
 """
@@ -38,6 +42,7 @@ from shard_opt.frontends.zoo import WAN_DIT_14B
 _MESH_SHAPES = {32: (8, 4), 8: (2, 4), 4: (1, 4), 2: (1, 2), 1: (1, 1)}
 TP_AXIS = "model"
 SP_AXIS = "batch"
+_LATENTS = (1, 16, 21, 60, 104)  # a 480x832, 81-frame video's latents
 
 # What tt-xla's apply_dit_sp_activation_sharding(dit, mesh) does, in words and specs
 # (sharding_constraint_tensor on intermediates; not expressible by load_shard_spec).
@@ -81,7 +86,7 @@ class ModelLoader:
 
     def load_inputs(self, dtype_override=None, batch_size=1):
         dtype = dtype_override or torch.bfloat16
-        latents = torch.empty((batch_size, 16, 21, 60, 104), dtype=dtype, device="meta")
+        latents = torch.empty((batch_size, *_LATENTS[1:]), dtype=dtype, device="meta")
         timestep = torch.zeros((batch_size,), dtype=torch.long)
         text = torch.empty((batch_size, 512, 4096), dtype=dtype, device="meta")
         return (latents, timestep, text)
@@ -91,6 +96,26 @@ class ModelLoader:
         if num_devices not in _MESH_SHAPES:
             raise ValueError(f"Unsupported device count: {num_devices}. Expected one of {sorted(_MESH_SHAPES)}.")
         return _MESH_SHAPES[num_devices], ("batch", "model")
+
+    def load_activation_shard_spec(self, model):
+        # tt-xla tests/torch/models/wan14b/shared.py, apply_dit_sp_activation_sharding: the
+        # same constraints on the same values, named as shard-opt finds them (ACTIVATION_SHARDING)
+        cfg = self.config
+        d = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+        _, _, f, h, w = _LATENTS
+        pf, ph, pw = cfg["patch_size"]
+        grid = (f // pf, h // ph, w // pw)
+        tokens = grid[0] * grid[1] * grid[2]
+        head = cfg["attention_head_dim"]
+        return {
+            # blocks[0] pre-hook on hidden_states, after patch_embedding(...).flatten(2).transpose(1, 2)
+            f"stablehlo.transpose 1x{d}x{tokens}->1x{tokens}x{d}": [(None, None, None), (None, SP_AXIS, None)],
+            # rope hook on freqs_cos and freqs_sin ([1, L, 1, head_dim], the rope's last reshape)
+            f"stablehlo.reshape {'x'.join(map(str, grid))}x{head}->1x{tokens}x1x{head}":
+                [(None, None, None, None), (None, SP_AXIS, None, None)],
+            # proj_out hook: L gathered before the unpatchify
+            model.proj_out: (None, None, None),
+        }
 
     def load_shard_spec(self, model):
         # tt-xla tests/torch/models/wan14b/shared.py, shard_dit_specs.

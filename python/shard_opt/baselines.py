@@ -11,13 +11,21 @@
   column whose features come in fewer units (heads) than the axis has devices stays
   replicated (1-2 KV heads: Gemma-style; a device would get part of a head), and a
   row whose columns are all replicated stays replicated too.
-- ``autoshard-heuristic``: a re-implementation of the search of tt-mlir's
-  AutoShardingPass (tt-mlir PR 7517, references section 7): one mesh axis; per
-  argument replicate or split one dim; arguments under 4096 elements replicated;
-  exhaustive product when small, otherwise arguments grouped by identical shape, scored
-  by its own heuristic (cost model ``autoshard-heuristic``). Beyond our evaluation budget
-  the product is searched greedily instead of exhaustively (documented deviation: the
-  pass enumerates up to 50,000 configurations).
+- ``one-axis-heuristic`` (called ``autoshard-heuristic`` before 2026-12-02): a one-axis
+  search in the style of tt-mlir's AutoShardingPass (tt-mlir PR 7517, references
+  section 7), *not* the pass's own choice: the largest mesh axis; per argument replicate
+  or split one dim; arguments under 4096 elements replicated; arguments grouped by
+  identical shape; exhaustive up to 1500 candidates, greedy beyond; scored by the
+  pass's heuristic formula (cost model ``autoshard-heuristic``). The merged pass differs
+  (tt-mlir ``lib/Dialect/StableHLO/Transforms/AutoSharding.cpp`` lines 52 and 116-131:
+  the first axis of size > 1; lines 40 and 175-178: no grouping, the Cartesian product
+  of rank+1 options per argument capped at 2^20 configurations; function outputs left
+  sharded and free, references section 7; ``Utils/ShardingCostModel.cpp`` lines 108-144:
+  parameters weighted 3x in its memory term);
+  run on its own test subgraphs it chose this baseline's shardings in 6 of 17 cases
+  (issue 24). Reproducing it would take its per-candidate pipeline run over up to 2^20
+  candidates (hours for a 1-layer Llama, references section 7), so the baseline is named
+  for what it is.
 """
 
 from __future__ import annotations
@@ -29,6 +37,8 @@ from shard_opt.candidates import Group
 from shard_opt.lowered import Argument, LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
 from shard_opt.structure import Structure, structure_of
+
+ONE_AXIS = "one-axis-heuristic"  # the plan JSON baselines key (was "autoshard-heuristic")
 
 
 def megatron_shardings(model: LoweredModel, mesh: Mesh, axis: str | None = None,
@@ -131,6 +141,10 @@ class LoaderSpec:
       unmatched: spec entries that name no tensor of the model, or axes the mesh lacks.
       not_dividing: splits that do not divide their dim; replicated, as tt-xla's
         ``safe_mark_sharding`` does ({name, dim, size, axes}).
+      activations: the loader's activation spec (``load_activation_shard_spec``, or a
+        ``--spec`` file's ``"activations"``): key -> ``ActivationConstraint``, priced with
+        the weight spec as constraints on the values the keys name; keys that name no
+        value of the model are in ``unmatched``.
     """
 
     by_role: dict[str, TensorSharding]
@@ -139,6 +153,13 @@ class LoaderSpec:
     mesh: list[int] | None
     unmatched: list[str] = field(default_factory=list)
     not_dividing: list[dict] = field(default_factory=list)
+    activations: dict = field(default_factory=dict)  # key -> ActivationConstraint (shard_opt.activations)
+
+    def constraints(self) -> dict:
+        """The activation spec as ``apply-constraints`` takes it (``activation:KEY`` keys)."""
+        from shard_opt.activations import PREFIX
+
+        return {PREFIX + k: c for k, c in self.activations.items()}
 
 
 def loader_spec(model: LoweredModel, mesh: Mesh) -> LoaderSpec | None:
@@ -163,7 +184,44 @@ def loader_spec(model: LoweredModel, mesh: Mesh) -> LoaderSpec | None:
             continue
         for a in matched:
             _add_spec_entry(out, name, dims, a, sizes)
+    if entry.get("activations"):
+        _add_activations(out, model, entry["activations"], sizes)
     return out
+
+
+def _add_activations(out: LoaderSpec, model: LoweredModel, raw: dict, sizes: dict) -> None:
+    """The activation spec entries of ``raw`` ({key: [dims or None, ...]}) that name a value
+    of ``model``, as ``ActivationConstraint`` (axes of size 1 dropped, as for weights; a
+    None spec is the value replicated)."""
+    from shard_opt import ir
+    from shard_opt.activations import ActivationConstraint, find_values
+
+    module = ir.parse(model.text, filename=model.name)
+    for key, specs in raw.items():
+        values = find_values(module, model.arguments, key)
+        if not values:
+            out.unmatched.append(f"{key} (activation spec: no value of the model is this module's output; "
+                                 f"shard_opt.activations says what a key may name)")
+            continue
+        rank = len(ir.tensor_type(values[0].type)[0])
+        shardings, bad = [], False
+        for dims in specs:
+            if dims is None:
+                dims = [None] * rank
+            if len(dims) != rank:
+                out.unmatched.append(f"{key} (activation spec of {len(dims)} dims for a {rank}-dim value)")
+                bad = True
+                break
+            split = []
+            for d in dims:
+                axes = [] if d is None else ([d] if isinstance(d, str) else list(d))
+                missing = [x for x in axes if x not in sizes]
+                if missing:
+                    out.unmatched.append(f"{key}: axis {', '.join(missing)} is not a mesh axis ({', '.join(sizes)})")
+                split.append([x for x in axes if sizes.get(x, 1) > 1])
+            shardings.append(TensorSharding.of(split))
+        if not bad:
+            out.activations[key] = ActivationConstraint(key, tuple(shardings))
 
 
 def _spec_targets(name: str, args: dict) -> list:

@@ -15,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
-from shard_opt.baselines import LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
+from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
-    Evaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
+    Evaluator, LayeredEvaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
@@ -136,17 +136,18 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     mega_written = megatron_shardings(model, mesh, structure=structure)
     mega, _ = _within_limits(model, mega_written, limit, meshes)
     baselines, autoshard, user, user_kept = {}, None, None, None
+    priced_by: dict = {}  # baseline -> what its figures price ({"figure"|"as_written": (shardings, constraints)})
     with timing.phase("baselines"):
         if opts.baselines:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
             # plan: whatever the search finds is at least as fast as both (when representable)
-            baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega_written, limit)
+            baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega_written, limit, priced_by)
             baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         user = loader_spec(model, mesh)
         if user is not None:
             _warn_spec(user, stream)
             # the user's own plan: priced as a baseline, and a seed (the search starts from it)
-            baselines["loader-spec"], user_kept = _loader_baseline(model, scorer, user, limit, meshes)
+            baselines["loader-spec"], user_kept = _loader_baseline(model, scorer, user, limit, meshes, priced_by)
     groups = make_groups(model.arguments, meshes, set(opts.parallelism), conv_weights=conv_weight_indices(model),
                          limit=limit, removed=removed, removed_options=removed_options)
     seeds = [assignment_of(groups, mega)]
@@ -207,6 +208,9 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         model = real
     with timing.phase("final"):
         final = final_evaluation(model, mesh, system, cm, groups, assignment, **setting)
+    if isinstance(scorer, LayeredEvaluator) and baselines:
+        with timing.phase("baselines.whole"):  # priced as the plan is: the whole model (issue 24 item 7)
+            price_whole(model, mesh, system, cm, setting, baselines, priced_by)
     checked = None
     if opts.check:
         with timing.phase("check"):
@@ -424,32 +428,40 @@ def _warn_spec(user: LoaderSpec, stream) -> None:
                      f"were priced replicated (as tt-xla's safe_mark_sharding does): {shown}\n")
 
 
-def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec, limit: dict, meshes) -> tuple[dict, dict]:
+def _loader_baseline(model: LoweredModel, scorer, user: LoaderSpec, limit: dict, meshes,
+                     priced_by: dict | None = None) -> tuple[dict, dict]:
     """The ``loader-spec`` baseline: the spec priced like the others, with what it names,
     under the rules the search is held to (``_held_to_rules``); also the spec by role
     within those rules (what the baseline's figure prices)."""
 
+    acts = user.constraints()  # the loader's activation spec, priced with its weight spec
+
     def priced(by_role: dict) -> tuple[dict, Score]:
-        score = scorer.score_by_role(by_role)
+        score = scorer.score_by_role(by_role, acts)
         out = score_dict(score)
         out.update({
             "source": user.source, "where": user.where, "mesh": user.mesh,
             "arguments": {role: sh.axis_names() for role, sh in by_role.items()},
             "unmatched": user.unmatched, "not_dividing": user.not_dividing,
         })
-        per_layer, layer = layer_bill(scorer, by_role=by_role)
+        if user.activations:
+            out["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
+        per_layer, layer = layer_bill(scorer, by_role=by_role, constraints=acts)
         if per_layer is not None:
             out["ccl_per_layer"], out["layer_collectives"] = per_layer, layer
         else:  # priced whole: the spec's collectives by component, as the plan lists its own
             args = {a.index: a for a in model.arguments}
             out["collectives"] = [collective_entry(c, args)
-                                  for c in scorer.facts_of(shardings_by_role(model, by_role)).collectives]
+                                  for c in scorer.facts_of(shardings_by_role(model, by_role), acts).collectives]
         return out, score
 
     written, score = priced(user.by_role)
     _, adjusted = _within_limits(model, shardings_by_role(model, user.by_role), limit, meshes)
     left = {a["argument"] for a in adjusted}
     kept = {role: (TensorSharding.replicated(sh.rank) if role in left else sh) for role, sh in user.by_role.items()}
+    if priced_by is not None:
+        _record(priced_by, "loader-spec", adjusted, (shardings_by_role(model, user.by_role), acts),
+                (shardings_by_role(model, kept), acts))
     return _held_to_rules(written, score, adjusted, lambda: priced(kept)), kept
 
 
@@ -501,11 +513,46 @@ def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -
     return out
 
 
-def _price(model, scorer, shardings: dict) -> Score:
-    """Argument shardings priced by ``scorer``, each argument as given (arguments left out
-    as the search leaves them: closed and replicated, or open when they follow their
-    consumer), through one role group per role (``Group.key``), so a scorer of short copies
-    (``LayeredEvaluator``) maps them onto its copies as it maps the search's candidates."""
+def _record(priced_by: dict, name: str, adjusted: list, written: tuple, within: tuple | None) -> None:
+    """What a baseline's figures price, (argument shardings, constraints) on the whole model:
+    ``figure`` its ``total_us`` (within the rules when ``adjusted``), ``as_written`` its
+    figure as written when that differs (``_held_to_rules``)."""
+    priced_by[name] = {"figure": within if adjusted else written}
+    if adjusted:
+        priced_by[name]["as_written"] = written
+
+
+def price_whole(model, mesh, system, cm, setting: dict, baselines: dict, priced_by: dict) -> None:
+    """Re-price each baseline on the whole model, as the plan's ``cost`` is (its final
+    evaluation), not extrapolated from the 1- and 2-layer copies: the "x faster" ratios
+    then compare one method with itself. The copies' figure stays as ``extrapolated_us``;
+    ``priced`` says which (``whole model``). A baseline with no figure within the rules
+    keeps none."""
+    whole = Evaluator(model, mesh, system, cm, **setting)
+    for name, entry in baselines.items():
+        got = priced_by.get(name)
+        if not got or entry is None:
+            continue
+        if entry.get("total_us") is not None:
+            shardings, constraints = got["figure"]
+            s = whole.score_of(shardings, constraints)
+            extrapolated = entry["total_us"]
+            entry.update(score_dict(s))
+            entry["extrapolated_us"] = extrapolated
+            entry["priced"] = "whole model"
+        if "as_written" in got and entry.get("as_written", {}).get("total_us") is not None:
+            shardings, constraints = got["as_written"]
+            s = whole.score_of(shardings, constraints)
+            entry["as_written"].update({k: v for k, v in score_dict(s).items() if k in entry["as_written"]})
+
+
+def _role_shardings(model, shardings: dict) -> dict:
+    """``shardings`` as ``_price`` gives them to a scorer (one role group per role), on ``model``."""
+    groups = _role_groups(model, shardings)
+    return shardings_for(model, groups, tuple(0 for _ in groups))
+
+
+def _role_groups(model, shardings: dict) -> list:
     members = group_members(model)
     groups, seen = [], set()
     for i, sh in sorted(shardings.items()):
@@ -514,6 +561,15 @@ def _price(model, scorer, shardings: dict) -> Score:
         if key not in seen:
             seen.add(key)
             groups.append(Group(a.role, tuple(members[key]), a.shape, a.kind, (sh,)))
+    return groups
+
+
+def _price(model, scorer, shardings: dict) -> Score:
+    """Argument shardings priced by ``scorer``, each argument as given (arguments left out
+    as the search leaves them: closed and replicated, or open when they follow their
+    consumer), through one role group per role (``Group.key``), so a scorer of short copies
+    (``LayeredEvaluator``) maps them onto its copies as it maps the search's candidates."""
+    groups = _role_groups(model, shardings)
     return scorer.score(groups, tuple(0 for _ in groups))
 
 
@@ -525,7 +581,8 @@ def _megatron_entry(model, all_groups, scorer, mega: dict) -> tuple[dict, Score]
     return out, score
 
 
-def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[dict, dict]:
+def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict,
+               priced_by: dict | None = None) -> tuple[dict, dict]:
     """Replicated, Megatron and AutoShardingPass plans, priced by ``scorer`` under the
     compiler-safety rules the search is held to (``_held_to_rules``: ``mega`` is the
     Megatron plan as written); also the autoshard plan's argument shardings within the
@@ -534,6 +591,8 @@ def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[di
     all_groups = make_groups(model.arguments, meshes, set(PARALLELISM))
     zero = tuple(0 for _ in all_groups)
     out["replicated"] = score_dict(scorer.score(all_groups, zero))
+    priced_by = priced_by if priced_by is not None else {}
+    _record(priced_by, "replicated", [], (shardings_for(model, all_groups, zero), {}), None)
     ag = autoshard_groups(model, mesh)
     if _space(ag) * (scorer.seconds_each or 0.0) > parallel.MIN_SECONDS:
         parallel.start()  # the enumeration below is long: the workers start while Megatron is priced
@@ -541,6 +600,8 @@ def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[di
     kept, adjusted = _within_limits(model, mega, limit, meshes)
     out["megatron"] = _held_to_rules(written, score, adjusted,
                                      lambda: _megatron_entry(model, all_groups, scorer, kept))
+    _record(priced_by, "megatron", adjusted, (shardings_for(model, all_groups, assignment_of(all_groups, mega)), {}),
+            (shardings_for(model, all_groups, assignment_of(all_groups, kept)), {}))
     # tt-mlir AutoShardingPass: its own space, scored by its own heuristic, priced by ours.
     heuristic = costmodel.get_cost_model("autoshard-heuristic")
     h_scorer = scorer.with_cost_model(heuristic)  # same propagations, its own scoring
@@ -559,7 +620,8 @@ def _baselines(model, mesh, meshes, scorer, mega: dict, limit: dict) -> tuple[di
         s = _price(model, scorer, kept)
         return {**score_dict(s), "arguments": _split_arguments(model, kept)}, s
 
-    out["autoshard-heuristic"] = _held_to_rules(written, score, adjusted, reprice)
+    out[ONE_AXIS] = _held_to_rules(written, score, adjusted, reprice)
+    _record(priced_by, ONE_AXIS, adjusted, (shardings, {}), (_role_shardings(model, kept), {}))
     return out, kept
 
 
@@ -591,10 +653,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     existing = analysis.arg_shardings(ir.main_func(module))
     shardings = {i: s for i, s in enumerate(existing) if s is not None}
     user = loader_spec(model, mesh) if not shardings else None
+    acts = {}
     if user is not None:  # a load script's own spec (or --spec): that is the plan to price
         shardings = shardings_by_role(model, user.by_role)
+        acts = user.constraints()  # with its activation spec
     ev = Evaluator(model, mesh, system, cm, **opts.setting())
-    final = ev.run(shardings, keep_ir=True)
+    final = ev.run(shardings, constraints=acts, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan.propagation = opts.propagation
     _note_weights(plan, opts.weights, model)
@@ -611,12 +675,14 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         plan.baselines = {"loader-spec": {**plan.cost, "source": user.source, "where": user.where,
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
+        if user.activations:
+            plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
         if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
             plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.note(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
-    annotated = annotate(model, mesh, shardings, allow=opts.allow)
+    annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
     if opts.check:
         with timing.phase("check"):
             check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)

@@ -545,13 +545,15 @@ def _delta(alt: Score, base: Score) -> dict:
             "delta_ccls": d_ccl, "delta_bytes": d_bytes, "reason": ", ".join(words)}
 
 
-def layer_bill(scorer, *, by_role=None, groups=None, assignment=None) -> tuple[int | None, list[dict]]:
+def layer_bill(scorer, *, by_role=None, groups=None, assignment=None,
+               constraints=None) -> tuple[int | None, list[dict]]:
     """The collectives of one repeated layer: the 2-layer model's minus the 1-layer model's
-    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole."""
+    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole.
+    ``constraints``: with ``by_role``, a loader's activation spec (``LoaderSpec.constraints``)."""
     if not isinstance(scorer, LayeredEvaluator):
         return None, []
     if by_role is not None:
-        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role)) for e in (scorer.e1, scorer.e2))
+        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role), constraints) for e in (scorer.e1, scorer.e2))
     else:
         f1, f2 = (e.facts(groups, assignment) for e in (scorer.e1, scorer.e2))
 

@@ -471,8 +471,9 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
             b = b or {}
             t = b.get("total_us")
             label = name
-            if name == "autoshard-heuristic":
-                about = "autoshard-heuristic (tt-mlir AutoShardingPass's heuristic"
+            if name in ("one-axis-heuristic", "autoshard-heuristic"):  # the key before 2026-12-02
+                about = (f"{name} (a one-axis search scored by tt-mlir AutoShardingPass's heuristic, "
+                         f"not the pass's own choice")
                 label = f"{about} {cite.for_claim('autoshard-pass', about)})"
             elif name == "megatron":
                 about = "megatron (column→row on every matmul pair)"

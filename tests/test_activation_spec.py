@@ -1,0 +1,83 @@
+"""A loader's activation spec (load_activation_shard_spec, --spec "activations") priced in the
+loader-spec baseline with its weight spec (issue 24 item 5)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SP = os.path.join(ROOT, "tests", "fixtures", "scripts", "sp_dit_block.py")
+
+
+def run(run_cli, tmp_path, *args, name="plan.json"):
+    plan_path = tmp_path / name
+    code, _, err = run_cli(*args, "--plan-json", plan_path, "-o", os.devnull, "--no-cache")
+    assert code == 0, err
+    return json.loads(plan_path.read_text()), err
+
+
+def weight_only_copy(tmp_path) -> str:
+    """The fixture without its load_activation_shard_spec (the weight spec alone)."""
+    text = open(SP).read().replace("def load_activation_shard_spec(", "def _unused_activation_spec(")
+    path = tmp_path / "sp_weights_only.py"
+    path.write_text(text)
+    return str(path)
+
+
+def test_the_activation_spec_is_priced_and_differs_from_the_weight_spec_alone(run_cli, tmp_path):
+    plan, err = run(run_cli, tmp_path, SP, "--mesh", "2x4")
+    base = plan["baselines"]["loader-spec"]
+    # the back-to-back pair at proj_in (replicated, then L on "batch"), the gather at proj_out
+    assert base["activations"] == {"proj_in": [[[], [], []], [[], ["batch"], []]], "proj_out": [[[], [], []]]}
+    kinds = [(c["kind"], c["axes"]) for c in base["collectives"]]
+    assert ("all_gather", ["batch"]) in kinds  # the tokens gathered at proj_out: what SP implies
+    assert ("all_reduce", ["model"]) in kinds  # the row-parallel down's partial sums, as before
+    # a module with no weight names no value shard-opt can find: said, not dropped
+    assert any(u.startswith("blocks.0.act (activation spec") for u in base["unmatched"])
+    assert "blocks.0.act" in err
+    alone, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", name="alone.json")
+    w = alone["baselines"]["loader-spec"]
+    assert "activations" not in w
+    assert not any(c["axes"] == ["batch"] for c in w["collectives"])  # "batch" idle without it
+    assert w["total_us"] != base["total_us"] and w["ccl_count"] != base["ccl_count"]
+
+
+def test_evaluate_prices_the_activation_spec_too(run_cli, tmp_path):
+    plan, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate")
+    assert any(c["kind"] == "all_gather" and c["axes"] == ["batch"] for c in plan["collectives"])
+    assert plan["baselines"]["loader-spec"]["activations"]["proj_out"] == [[[], [], []]]
+    alone, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", name="alone.json")
+    assert alone["cost"]["total_us"] != plan["cost"]["total_us"]
+
+
+def test_a_json_spec_names_intermediates_by_op_and_shapes(run_cli, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({
+        "spec": {"blocks.*.up.weight": ["model", None], "blocks.*.down.weight": [None, "model"]},
+        "activations": {"stablehlo.reshape 256x128->1x256x128": {"then": [[None, None, None], [None, "batch", None]]},
+                        "proj_out": [None, None, None],
+                        "stablehlo.transpose 1x2x3->3x2x1": [None, None, None]},  # no such op
+    }))
+    plan, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--spec", spec, "--evaluate")
+    base = plan["baselines"]["loader-spec"]
+    assert any(u.startswith("stablehlo.transpose 1x2x3->3x2x1") for u in base["unmatched"])
+    assert any(c["axes"] == ["batch"] for c in plan["collectives"])
+
+
+def test_the_dit_bill_counts_collectives_by_kind_and_skips_slices():
+    import sys
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_experts
+
+    def c(kind, axes, n):
+        return {"kind": kind, "axes": axes, "bytes_per_device": n}
+
+    layer = [c("all_gather", ["batch"], 800), c("all_gather", ["batch"], 800), c("all_reduce", ["model"], 1000),
+             c("all_reduce", ["model"], 10), c("all_slice", ["batch"], 1000)]
+    text = bench_experts.bill_text(layer)
+    assert text.startswith("3 big + 1 small")  # the all_slice moves nothing: not a CCL
+    assert "all_gather@batch x2" in text and "small: all_reduce@model x1" in text
+    expert = {"collectives": [{**x, "layer": 0} for x in layer] + [{**layer[2], "layer": 1}]}
+    assert "expert 3 big + 1 small" in bench_experts.dit_bill({"layer_collectives": layer}, expert)
