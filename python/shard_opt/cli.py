@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-dtype", metavar="DTYPE[,ROLE=DTYPE...]",
                    help="matmul weight format on device: bf16 (default), bfp8 or bfp4 (tt-xla's "
                         "experimental_weight_dtype); per role: attention=, mlp= or a parameter-name glob, "
-                        "e.g. bfp8,mlp=bfp4")
+                        "e.g. bfp8,mlp=bfp4; cache=bfp8 stores the KV cache in bfp8")
     p.add_argument("--cost-model", default="tenstorrent", metavar="NAME[:OPTION=VALUE,...]",
                    help="tenstorrent (the tt-xla path, default), tenstorrent-tuned (tt-metal's), alpha-beta, "
                         "autoshard-heuristic; options e.g. tenstorrent:dispatch=untraced")
