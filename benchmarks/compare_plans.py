@@ -30,7 +30,7 @@ def plan_of(python: str, argv: list[str], timeout: float) -> dict | str:
         p = subprocess.run([python, "-m", "shard_opt.cli", *argv, "--plan-json", out, "-o", os.devnull, "--quiet"],
                            env=env, capture_output=True, text=True, timeout=timeout, cwd=d)
         if p.returncode != 0:
-            return (p.stderr.strip().splitlines() or ["?"])[-1]
+            return "exit %d: %s" % (p.returncode, (p.stderr.strip().splitlines() or ["?"])[-1])
         with open(out) as f:
             return json.load(f)
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(ROOT, "tests", "fixtures", "scripts")
@@ -42,17 +40,8 @@ CASES = {
 }
 TIMING = {"seconds", "check_seconds"}
 
-
-def plan_of(python: str, argv: list[str], timeout: float) -> dict | str:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "p.json")
-        env = {**os.environ, "SHARD_OPT_CHECK": "0"}
-        p = subprocess.run([python, "-m", "shard_opt.cli", *argv, "--plan-json", out, "-o", os.devnull, "--quiet"],
-                           env=env, capture_output=True, text=True, timeout=timeout, cwd=d)
-        if p.returncode != 0:
-            return "exit %d: %s" % (p.returncode, (p.stderr.strip().splitlines() or ["?"])[-1])
-        with open(out) as f:
-            return json.load(f)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_plans import plan_of  # noqa: E402  (one checkout's plan JSON of one case)
 
 
 def diff(a, b, path: str = "", added: frozenset = frozenset()) -> list[str]:

@@ -215,12 +215,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _prepare_xla(ns) -> None:
-    """``--verify-numerics`` and the tt-mlir check (XLA's partitioning is its reference for
-    reductions) need as many virtual CPU devices as the largest mesh; XLA reads the flag
-    once, when jax starts, so it is set before anything imports jax's backend."""
-    if not (ns.verify_numerics or _check_wanted(ns)):
+    """``--verify-numerics`` needs as many virtual CPU devices as the largest mesh; XLA reads
+    the flag once, when jax starts, so it is set before anything imports jax's backend (the
+    tt-mlir check's XLA reference sets its own, in its child: ``shard_opt.ttmlir.reference``)."""
+    if ns.verify_numerics or _check_wanted(ns):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # no C++ info lines on stderr
+    if not ns.verify_numerics:
         return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # no C++ info lines on stderr
     want = max([32 if ns.devices == 32 else (ns.devices or 1)] +
                [_device_count(m) for m in ns.mesh])
     flags = os.environ.get("XLA_FLAGS", "")

@@ -319,8 +319,8 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
             ttc.hold_against_xla(checks[k], plans[k], compiled[k], ref.result(), texts[k])
             if not checks[k].get("likely_miscompile"):
                 break
-        for ref in xla.values():  # the search's plan, when tt-mlir did not compile it
-            ref.result()
+        for ref in xla.values():  # the search's plan, when tt-mlir did not compile it: not read
+            ref.close()
     rows = []
     for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
         rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),

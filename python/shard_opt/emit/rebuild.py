@@ -263,7 +263,7 @@ def check(script_text: str, model, plan: dict, **kwargs) -> dict:
     r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", **kwargs)
     out = compare(priced_collectives(plan), r.collectives)
     out.update({"applied": r.applied, "not_applied": r.not_applied, "rebuilt": len(r.collectives),
-                "priced": len(priced_collectives(plan))})
+                "priced": len(priced_collectives(plan)), "script_module": r.script_module})
     return out
 
 
@@ -274,16 +274,26 @@ def compile_with_tt_mlir(script_text: str, model, plan: dict, **kwargs) -> dict:
     the plan JSON holds its own tt-mlir check, ``same_as_priced_module``: each stage's
     collectives equal those tt-mlir made of the priced module. ``{"skipped": why}`` when the
     plugin cannot run."""
-    from shard_opt import costmodel
     from shard_opt.ttmlir import check as ttc
 
     ok, why = ttc.status()
     if not ok:
         return {"skipped": why}
     r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", keep_script_module=True, **kwargs)
+    return compile_script_module(r.script_module, plan)
+
+
+def compile_script_module(script_module: str, plan: dict) -> dict:
+    """``compile_with_tt_mlir`` for a module already rebuilt (``Rebuilt.script_module``)."""
+    from shard_opt import costmodel
+    from shard_opt.ttmlir import check as ttc
+
+    ok, why = ttc.status()
+    if not ok:
+        return {"skipped": why}
     shape = tuple(plan["mesh"]["shape"])
     system = costmodel.get_system(plan["system"])
-    (compiled,) = ttc.compile_all([ttc.Job("script", r.script_module, math.prod(shape))], system, shape)
+    (compiled,) = ttc.compile_all([ttc.Job("script", script_module, math.prod(shape))], system, shape)
     out = ttc.summarize(plan, compiled, system)
     priced = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("stages")
     if priced and compiled.compiled:
@@ -312,7 +322,7 @@ def main(argv=None) -> int:
     model = frontends.load(ns.model, layers=ns.layers, dtype=plan.get("dtype") or "bf16",
                            batch=plan.get("batch") if resized else None, seq_len=plan.get("seq_len") if resized else None,
                            phase=plan.get("phase") or "prefill")
-    result = check(script, model, plan, guards=not ns.no_guards)
+    result = check(script, model, plan, guards=not ns.no_guards, keep_script_module=ns.tt_mlir)
     applied = result["applied"]
     print(f"applied: {len(applied['params'])} parameter specs, {len(applied['inputs'])} input specs, "
           f"{len(applied['guards'])} guard hooks ({', '.join(sorted(set(applied['guards']))) or '-'}), "
@@ -327,7 +337,7 @@ def main(argv=None) -> int:
           else "DIFFERENT: the script does not compile to the priced collectives")
     ok = result["equal"]
     if ns.tt_mlir:
-        tt = compile_with_tt_mlir(script, model, plan, guards=not ns.no_guards)
+        tt = compile_script_module(result["script_module"], plan)
         if "skipped" in tt:
             print(f"tt-mlir: skipped: {tt['skipped']}")
         else:
