@@ -11,6 +11,7 @@ Two pipelines, both run by jaxlib's in-process Shardy (references/toolchain.md):
     sdy-apply-sharding-constraints,
     sdy-user-priority-propagate{conservative-propagation=true},
     func.func(sdy-sharding-constraint-to-reshard),
+    replicate-non-splittable,                 # tt-mlir's own (passes/replicate_non_splittable.py)
     func.func(sdy-insert-explicit-reshards{enable-full-version=true}),
     cse,                                      # one reshard per value (see below)
     func.func(sdy-reshard-to-collectives),
@@ -78,6 +79,7 @@ from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
 from shard_opt.passes.inline_calls import inline_calls
+from shard_opt.passes.replicate_non_splittable import replicate_non_splittable
 from shard_opt.rules import GUARDS
 from shard_opt.sharding import TensorSharding
 
@@ -118,8 +120,17 @@ class ShardyPropagate(ModulePass):
             decouple_const_fanout(module, ops=[op for op in found if op.name == BROADCAST])
         if not self.explicit_collectives:
             export = () if self.pipeline == "tt-mlir" else ("sdy-export-pipeline",)
-        ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, *export)) + ")", name=self.name,
-                        verify=self.verify)
+        if self.pipeline == "tt-mlir" and export:
+            # tt-mlir replicates the values SPMD cannot split between its propagation and its
+            # explicit reshards (passes/replicate_non_splittable.py): two runs around that step
+            ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, export[0])) + ")",
+                            name=self.name, verify=self.verify)
+            replicate_non_splittable(module)
+            ir.run_pipeline(module, "builtin.module(" + ", ".join(export[1:]) + ")", name=self.name,
+                            verify=self.verify)
+        else:
+            ir.run_pipeline(module, "builtin.module(" + ", ".join((*propagate, *export)) + ")", name=self.name,
+                            verify=self.verify)
         if self.pipeline == "tt-mlir" and self.explicit_collectives:
             _, left = _merge_identical(module)
             _erase_dead(left)
