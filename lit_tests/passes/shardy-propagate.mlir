@@ -45,10 +45,13 @@ module {
 // CHECK-LABEL: func.func @packed_slice
 // CHECK: %[[G:.*]] = sdy.all_gather [{}, {"model"}] %arg0 out_sharding=<@mesh, [{}, {}]> : tensor<8x48xf32>
 // CHECK-NEXT: stablehlo.slice %[[G]] [0:8, 0:16]
-// Without the guard, the same function gets no collective at all.
+// Without the guard, tt-mlir's replicate-non-splittable-values step (mirrored) replicates
+// the slice, which cuts a split dim: the same gather, then a local slice for the output.
+// (Shardy alone would keep the result split with no collective at all.)
 // UNGUARDED-LABEL: func.func @packed_slice
-// UNGUARDED-NOT: sdy.all_gather
-// UNGUARDED: stablehlo.slice %arg0 [0:8, 0:16] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {"model"}]>]>}
+// UNGUARDED: %[[G:.*]] = sdy.all_gather [{}, {"model"}] %arg0 out_sharding=<@mesh, [{}, {}]> : tensor<8x48xf32>
+// UNGUARDED-NEXT: %[[S:.*]] = stablehlo.slice %[[G]] [0:8, 0:16] {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{}, {}]>]>}
+// UNGUARDED-NEXT: sdy.all_slice [{}, {"model"}] %[[S]]
 module {
   sdy.mesh @mesh = <["model"=4]>
   func.func @packed_slice(%arg0: tensor<8x48xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) -> (tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}) {

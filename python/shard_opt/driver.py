@@ -27,6 +27,7 @@ from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.shardy_propagate import insert_guards
+from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.explain import (
     Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
 )
@@ -92,6 +93,9 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
     """``annotate`` for several plans of one model, parsing its module once (a full-size
     model's text takes a second to parse; the tt-mlir check annotates five plans)."""
     base = ir.parse(model.text, filename=model.name)
+    # batched matmuls on every batch dim, as the evaluator priced them (evaluate.prepare) and
+    # as torch_xla writes them: the module handed over is the module priced
+    unfold_batch_matmul(base)
     out = []
     for k, (shardings, constraints) in enumerate(plans):
         module = base if k == len(plans) - 1 else base.operation.clone()

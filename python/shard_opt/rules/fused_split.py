@@ -80,6 +80,10 @@ RULE = FusedSplit(
     "fused-split", "a slice of a split dim gathers it first", "expert_fused_split", "guard",
     "torch.split / chunk across a sharded fused dim cuts it where devices do not, which miscompiles under "
     "Shardy; shardy-propagate's guard-moved-dims gathers the dim before the slice, and the plan pays for it",
+    # tt-mlir's ReplicateNonSplittableValues (lib/Dialect/StableHLO/Transforms/
+    # ReplicateNonSplittableValues.cpp), mirrored in shardy-propagate, replicates a slice that
+    # cuts a split dim itself, so an unguarded slice is gathered too and ``breaks`` now sees
+    # only pads and reverses; the guard still puts the gather where the script's hook does.
     guard_ops=MOVING_OPS)
 
 
