@@ -102,3 +102,35 @@ def test_evaluate_of_an_evaluated_modules_output_prices_it_the_same(run_cli, tmp
     assert second["cost"] == first["cost"]
     assert again.read_text() == out.read_text()
     assert any("priced as written" in n for n in second["notes"])
+
+
+def _residual_splits(text: str) -> set[str]:
+    """The shardings of the [1, 256, 128] adds (the blocks' residual connections and
+    proj_in's bias add) in a propagated module, read from its text, not from the rule."""
+    import re
+
+    return {m for line in text.splitlines() if "stablehlo.add" in line and "tensor<1x256x128x" in line
+            for m in re.findall(r"sharding_per_value<\[<@mesh, (\[[^>]*\])>", line)}
+
+
+def test_residual_stream_flags_a_hidden_split_stream_not_a_sequence_split_one(run_cli, tmp_path):
+    """The recorded limit (expert_specs.md, compiler limit 1) is a residual stream split on
+    its hidden features on the axis row-parallel layers reduce over. The loader's sequence
+    parallelism splits the stream's tokens on "batch": not flagged. The same stack with its
+    stream constrained onto "model" on hidden (the down projections' all_reduces become
+    reduce_scatters): flagged."""
+    seq_out, hid_out = tmp_path / "seq.mlir", tmp_path / "hid.mlir"
+    seq, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate", name="seq.json", out=seq_out)
+    assert '[{}, {"batch"}, {}]' in _residual_splits(seq_out.read_text())
+    assert not any('"model"' in s for s in _residual_splits(seq_out.read_text()))
+    assert {r["rule"]: r["plan_breaks"] for r in seq["safety"]}["residual-stream"] is False
+    spec = tmp_path / "hidden.json"
+    spec.write_text(json.dumps({
+        "spec": {"blocks.*.up.weight": ["model", None], "blocks.*.up.bias": ["model"],
+                 "blocks.*.down.weight": [None, "model"]},
+        "activations": {"proj_in": {"then": [[None, None, None], [None, None, "model"]]}}}))
+    hid, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", "--spec", spec,
+                 name="hid.json", out=hid_out)
+    assert '[{}, {}, {"model"}]' in _residual_splits(hid_out.read_text())
+    assert ("reduce_scatter", ["model"]) in [(c["kind"], c["axes"]) for c in hid["collectives"]]
+    assert {r["rule"]: r["plan_breaks"] for r in hid["safety"]}["residual-stream"] is True
