@@ -102,6 +102,9 @@ def test_evaluate_of_an_evaluated_modules_output_prices_it_the_same(run_cli, tmp
     assert second["cost"] == first["cost"]
     assert again.read_text() == out.read_text()
     assert any("priced as written" in n for n in second["notes"])
+    # a search from it would partition it again: refused in one line
+    code, _, err = run_cli(out, "--mesh", "2x4", "-o", os.devnull, "--no-cache")
+    assert code == 1 and "collectives are already explicit" in err and "Traceback" not in err
 
 
 def _residual_splits(text: str) -> set[str]:
