@@ -10,9 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SP = os.path.join(ROOT, "tests", "fixtures", "scripts", "sp_dit_block.py")
 
 
-def run(run_cli, tmp_path, *args, name="plan.json"):
+def run(run_cli, tmp_path, *args, name="plan.json", out=os.devnull):
     plan_path = tmp_path / name
-    code, _, err = run_cli(*args, "--plan-json", plan_path, "-o", os.devnull, "--no-cache")
+    code, _, err = run_cli(*args, "--plan-json", plan_path, "-o", out, "--no-cache")
     assert code == 0, err
     return json.loads(plan_path.read_text()), err
 
@@ -81,3 +81,59 @@ def test_the_dit_bill_counts_collectives_by_kind_and_skips_slices():
     assert "all_gather@batch x2" in text and "small: all_reduce@model x1" in text
     expert = {"collectives": [{**x, "layer": 0} for x in layer] + [{**layer[2], "layer": 1}]}
     assert "expert 3 big + 1 small" in bench_experts.dit_bill({"layer_collectives": layer}, expert)
+
+
+def test_evaluate_of_an_evaluated_modules_output_prices_it_the_same(run_cli, tmp_path):
+    """Issue 24: ``--evaluate`` of the ``-o`` module an ``--evaluate`` run wrote (the
+    propagated module: its collectives explicit, the activation spec's constraints spent
+    into them) gives the same cost, collectives and module. It used to propagate the module
+    again, and Shardy re-inserted the all_reduce of each partial sum (282.6 -> 336.7 us,
+    5 -> 7 collectives)."""
+    out, again = tmp_path / "out.mlir", tmp_path / "again.mlir"
+    first, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate", name="first.json", out=out)
+    assert "sdy.all_reduce" in out.read_text()  # the written module is the partitioned one
+    second, _ = run(run_cli, tmp_path, out, "--mesh", "2x4", "--evaluate", name="second.json", out=again)
+
+    def bill(plan):
+        return sorted((c["kind"], c["axes"], c["shape"], c["bytes_per_device"]) for c in plan["collectives"])
+
+    assert sum(c["kind"] == "all_reduce" for c in first["collectives"]) == 2  # one per block's row-parallel down
+    assert bill(second) == bill(first)
+    assert second["cost"] == first["cost"]
+    assert again.read_text() == out.read_text()
+    assert any("priced as written" in n for n in second["notes"])
+    # a search from it would partition it again: refused in one line
+    code, _, err = run_cli(out, "--mesh", "2x4", "-o", os.devnull, "--no-cache")
+    assert code == 1 and "collectives are already explicit" in err and "Traceback" not in err
+
+
+def _residual_splits(text: str) -> set[str]:
+    """The shardings of the [1, 256, 128] adds (the blocks' residual connections and
+    proj_in's bias add) in a propagated module, read from its text, not from the rule."""
+    import re
+
+    return {m for line in text.splitlines() if "stablehlo.add" in line and "tensor<1x256x128x" in line
+            for m in re.findall(r"sharding_per_value<\[<@mesh, (\[[^>]*\])>", line)}
+
+
+def test_residual_stream_flags_a_hidden_split_stream_not_a_sequence_split_one(run_cli, tmp_path):
+    """The recorded limit (expert_specs.md, compiler limit 1) is a residual stream split on
+    its hidden features on the axis row-parallel layers reduce over. The loader's sequence
+    parallelism splits the stream's tokens on "batch": not flagged. The same stack with its
+    stream constrained onto "model" on hidden (the down projections' all_reduces become
+    reduce_scatters): flagged."""
+    seq_out, hid_out = tmp_path / "seq.mlir", tmp_path / "hid.mlir"
+    seq, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate", name="seq.json", out=seq_out)
+    assert '[{}, {"batch"}, {}]' in _residual_splits(seq_out.read_text())
+    assert not any('"model"' in s for s in _residual_splits(seq_out.read_text()))
+    assert {r["rule"]: r["plan_breaks"] for r in seq["safety"]}["residual-stream"] is False
+    spec = tmp_path / "hidden.json"
+    spec.write_text(json.dumps({
+        "spec": {"blocks.*.up.weight": ["model", None], "blocks.*.up.bias": ["model"],
+                 "blocks.*.down.weight": [None, "model"]},
+        "activations": {"proj_in": {"then": [[None, None, None], [None, None, "model"]]}}}))
+    hid, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", "--spec", spec,
+                 name="hid.json", out=hid_out)
+    assert '[{}, {}, {"model"}]' in _residual_splits(hid_out.read_text())
+    assert ("reduce_scatter", ["model"]) in [(c["kind"], c["axes"]) for c in hid["collectives"]]
+    assert {r["rule"]: r["plan_breaks"] for r in hid["safety"]}["residual-stream"] is True

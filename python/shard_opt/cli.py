@@ -351,6 +351,7 @@ def _run_parsed(ns) -> int:
     else:
         if not meshes and not ns.devices:
             raise UserError("no target mesh: pass --mesh RxC (e.g. --mesh 2x4) or --devices N")
+        _refuse_partitioned(models)
         with timing.phase("optimize"):
             outcomes, plan_json = _optimize_all(models, opts, ns)
         main_text = outcomes[0].annotated_text
@@ -577,6 +578,20 @@ def _optimize_all(models, opts, ns):
     plan = PipelinePlan(pipeline=[o.plan for o in outs], mesh=outs[0].plan.mesh, slowest=slowest.model.name,
                         notes=[why] if why else None, mesh_choice=choice)
     return outs, plan
+
+
+def _refuse_partitioned(models) -> None:
+    """A search starts from the module before partitioning: one whose collectives are
+    explicit (``--evaluate``'s ``-o`` module) would be propagated again, and Shardy would
+    reduce its partial sums twice (``evaluate.is_partitioned``)."""
+    from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS
+
+    for m in models:
+        text = getattr(m, "text", None) if getattr(m, "source", None) == "mlir" else None
+        if text and any(f"{op} " in text for op in COLLECTIVE_OPS):
+            raise UserError(f"{m.name}: the module's collectives are already explicit (a partitioned module, "
+                            f"such as the -o module of --evaluate); search from the module before partitioning, "
+                            f"or price this one with --evaluate")
 
 
 def _note_nothing_to_split(plan, parallelism) -> None:

@@ -19,7 +19,8 @@ from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_s
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import PassError, UserError
 from shard_opt.evaluate import (
-    Evaluator, LayeredEvaluator, Score, constraints_for, group_members, shardings_by_role, shardings_for,
+    Evaluator, LayeredEvaluator, Score, constraints_for, group_members, is_partitioned, shardings_by_role,
+    shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
@@ -661,7 +662,10 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     if user is not None:  # a load script's own spec (or --spec): that is the plan to price
         shardings = shardings_by_role(model, user.by_role)
         acts = user.constraints()  # with its activation spec
-    ev = Evaluator(model, mesh, system, cm, **opts.setting())
+    # a partitioned module (the -o module of --evaluate) is priced as it is written: Shardy
+    # run on it again would reduce every partial sum twice (evaluate.is_partitioned)
+    as_written = is_partitioned(module)
+    ev = Evaluator(model, mesh, system, cm, **opts.setting(), as_written=as_written)
     final = ev.run(shardings, constraints=acts, keep_ir=True)
     plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
     plan.propagation = opts.propagation
@@ -686,8 +690,22 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.note(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
-    annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
-    if opts.check:
+    if as_written:
+        plan.note("the input's collectives are explicit (a module Shardy partitioned, such as the -o module of "
+                  "--evaluate): priced as written, without propagating it again")
+        annotated = final.text
+    else:
+        annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
+    if opts.check and as_written:
+        # tt-mlir runs Shardy on what it compiles: it would partition this module a second time
+        why = ("the input is already partitioned (explicit collectives): tt-mlir compiles the module before "
+               "propagation; check the module --evaluate was given")
+        if opts.progress:
+            sys.stderr.write(f"shard-opt: tt-mlir check skipped: {why}\n")
+        from shard_opt.ttmlir import check as ttc
+
+        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
+    elif opts.check:
         with timing.phase("check"):
             check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
     return Outcome(plan, annotated, final.text, model)

@@ -33,7 +33,7 @@ from shard_opt.passes.mark_fusions import mark_fusions
 from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.weights import WeightFormats, matmul_weight_roles
 from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
-from shard_opt.passes.shardy_propagate import ShardyPropagate, insert_guards
+from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS, ShardyPropagate, insert_guards
 from shard_opt.sharding import Mesh, TensorSharding
 
 
@@ -88,20 +88,37 @@ class Evaluation:
         self.score = Score.of(self.cost, self.facts, self.allow)
 
 
+def is_partitioned(module) -> bool:
+    """Whether ``module``'s collectives are already explicit ops (``sdy.all_reduce`` ...):
+    a module Shardy has partitioned, such as the ``-o`` module of ``--evaluate`` (the
+    propagated module, every collective stamped by ``collect-collectives``). Shardy must
+    not run on it again: its ``insert-explicit-reshards`` re-inserts the all_reduce of every
+    partial sum (a ``dot_general`` whose contracting dim is split keeps its result's
+    sharding, so nothing says the ``sdy.all_reduce`` after it already reduced it), and the
+    module would be priced with each all_reduce twice."""
+    return bool(ir.ops_in(module.operation, COLLECTIVE_OPS))
+
+
 def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
-            weights: WeightFormats | None = None) -> tuple[str, dict[int, str]]:
+            weights: WeightFormats | None = None, *, as_written: bool = False) -> tuple[str, dict[int, str]]:
     """``model``'s module as candidates are evaluated from (with tt-mlir's pipeline its
     calls inlined first, ``inline-calls``; batched matmuls on every batch dim,
     ``unfold-batch-matmul``; then its fused groups tagged, ``mark-fusions``),
-    and the block-float format of each matmul weight ``weights`` converts."""
+    and the block-float format of each matmul weight ``weights`` converts.
+    ``as_written``: a partitioned module (``is_partitioned``) is priced as it is: the run
+    that partitioned it inlined, unfolded and tagged it already (its fused groups were
+    tagged before the collectives went in; tagging again, around them, would group
+    differently)."""
     module = ir.parse(model.text, filename=model.name)  # fails early, naming the file
-    if pipeline == "tt-mlir":
+    if pipeline == "tt-mlir" and not as_written:
         inline_calls(module)
-    unfold_batch_matmul(module)  # [b*h, s, d] matmuls as torch_xla and JAX write them: [b, h, s, d]
+    if not as_written:
+        unfold_batch_matmul(module)  # [b*h, s, d] matmuls as torch_xla and JAX write them: [b, h, s, d]
     storage = {}
     if weights is not None and not weights.is_plain:
         storage = weights.resolve(model.arguments, matmul_weight_roles(module, model.arguments))
-    mark_fusions(module, [a.kind for a in model.arguments])
+    if not as_written:
+        mark_fusions(module, [a.kind for a in model.arguments])
     return ir.print_module(module), storage
 
 
@@ -219,8 +236,11 @@ class Evaluator:
     def __init__(self, model: LoweredModel, mesh: Mesh, system, cost_model, *,
                  result_shardings: dict | None = None, pipeline: str = "tt-mlir",
                  weights: WeightFormats | None = None, prepared: tuple[str, dict] | None = None,
-                 allow: frozenset[str] = frozenset(), persist: bool = False):
+                 allow: frozenset[str] = frozenset(), persist: bool = False, as_written: bool = False):
         self.model = model
+        # a partitioned module (is_partitioned, --evaluate only): priced as written, with no
+        # guards, no propagation, no collectives inserted (they are in it)
+        self.as_written = as_written
         self.mesh = mesh
         self.system = system
         self.cost_model = cost_model
@@ -235,7 +255,8 @@ class Evaluator:
         # pipeline starts with its inliner) and fused groups tagged (passes/mark_fusions.py);
         # and the weights stored as block floats (argument index -> format)
         self.weights = weights or WeightFormats()
-        self.text, self.storage = prepared if prepared is not None else prepare(model, pipeline, self.weights)
+        self.text, self.storage = prepared if prepared is not None else prepare(model, pipeline, self.weights,
+                                                                               as_written=as_written)
         self._module = None  # parsed from self.text on first use (module())
         self._ops = None  # op_count(self.text), on first use (ops_each)
         # persist: the facts of earlier runs on this module (shard_opt.factcache) start the
@@ -291,8 +312,9 @@ class Evaluator:
         if self._module is None:
             module = ir.parse(self.text, filename=self.model.name)
             set_mesh(module, self.mesh)
-            insert_guards(module, allow=self.allow, arguments=self.model.arguments)
-            if self.pipeline == "tt-mlir":
+            if not self.as_written:
+                insert_guards(module, allow=self.allow, arguments=self.model.arguments)
+            if self.pipeline == "tt-mlir" and not self.as_written:
                 # before any candidate's shardings: a replicated candidate has no reshard the
                 # copies could change, so decoupling in every function prices what tt-mlir does
                 decouple_const_fanout(module, only_sharded=False)
@@ -314,8 +336,8 @@ class Evaluator:
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         # candidates that are only priced skip the IR verifier; a kept IR is verified
-        module, ctx = self._run_passes(shardings, [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir, **_GUARDED),
-                                                   CollectCollectives(annotate=keep_ir)], constraints)
+        propagate = [] if self.as_written else [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir, **_GUARDED)]
+        module, ctx = self._run_passes(shardings, [*propagate, CollectCollectives(annotate=keep_ir)], constraints)
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         return ctx.facts, (module if keep_ir else None)
