@@ -27,6 +27,7 @@ def _annotated_and_evaluated():
     """The MLP with Megatron shardings, and what `--evaluate` prints for it (via the passes)."""
     from shard_opt import ir
     from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
+    from shard_opt.plan import collective_entry
     from shard_opt.sharding import Mesh, TensorSharding
 
     m = ir.parse(MLP)
@@ -36,11 +37,13 @@ def _annotated_and_evaluated():
     PassManager(parse_pipeline("add-mesh, apply-shardings"), ctx).run(m)
     annotated = ir.print_module(m)
     PassManager(parse_pipeline("shardy-propagate, collect-collectives"), ctx).run(m)
-    plan = Plan(model="mlp", mesh={"shape": [2, 4], "axes": ["batch", "model"]}, cost={"total_us": 30.5},
+    # the records as the plan JSON writes them (plan.RECORDS: from_json refuses one lacking a key)
+    cost = {"total_us": 30.5, "compute_us": 20.0, "ccl_us": 10.5, "ccl_count": len(ctx.facts.collectives),
+            "ccl_bytes": sum(c.bytes_per_device for c in ctx.facts.collectives), "memory_per_device_bytes": 0,
+            "fits": True}
+    plan = Plan(model="mlp", mesh={"shape": [2, 4], "axes": ["batch", "model"]}, cost=cost,
                 system="wh-loudbox", arguments=[], baselines={}, search={},
-                collectives=[{"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-                              "bytes_per_device": c.bytes_per_device, "op_index": c.op_index}
-                             for c in ctx.facts.collectives])
+                collectives=[{**collective_entry(c, {}), "op_index": c.op_index} for c in ctx.facts.collectives])
     return annotated, ir.print_module(m), plan
 
 

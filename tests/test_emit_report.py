@@ -115,8 +115,8 @@ def test_per_component_design_has_choice_why_rejected_and_ccls(plan):
     assert "**CCLs:** 2 in total" in mlp and "layers 0, 1 have the same collectives" in mlp
     strategy = _section(render_report(plan, png_path=None), "## 3. Recommended strategy (summary)")
     assert plan.search["rejected"]
-    for r in plan.search["rejected"]:
-        assert r["label"] in strategy
+    for r in plan.search["rejected"]:  # its own row, or its change on the row of those that cost the same
+        assert r["label"] in strategy or all(f"`{k}` →" in strategy for k in r["arguments_changed"]), r["label"]
 
 
 def test_citations_are_numbered_and_listed(plan):
@@ -615,3 +615,51 @@ def test_the_architecture_comes_from_the_system_record_not_its_name(system, clai
     from shard_opt.emit.report import _fits_claim
 
     assert _fits_claim(Plan(model="m", system=system)) == claim
+
+
+def _whole_model_rows(text: str) -> list[str]:
+    part = text[text.index("Rejected alternatives (whole model, as evaluated by the search):"):]
+    part = part[part.index("|---"):].split("\n\n")[0]
+    return part.splitlines()[1:]
+
+
+@pytest.mark.parametrize("name", REAL)
+def test_equal_whole_model_alternatives_are_one_row(real_plan, name):
+    """Section 3's whole-model table: the alternatives the search rejected that are priced
+    the same (the modeled step) are one row saying how many there are, whether their
+    collectives are the same (else the range), the changes they share and the ones they
+    differ in; each other alternative is its own row."""
+    p = real_plan(name)
+    rejected = (p.search or {}).get("rejected") or []
+    text = render_report(p, png_path=None)
+    if not rejected:
+        assert "Rejected alternatives (whole model" not in text
+        return
+    runs: dict = {}
+    for r in rejected:
+        runs.setdefault(r["total_us"], []).append(r)
+    rows = _whole_model_rows(text)
+    assert len(rows) == len(runs), (len(rows), len(runs))
+    for total, run in runs.items():
+        if len(run) == 1:
+            assert any(row.startswith(f"| {run[0]['label']} | {_plan.fmt_us(total)} |") for row in rows), run[0]["label"]
+            continue
+        row = next(row for row in rows if row.startswith(f"| {len(run)} alternatives priced the same")
+                   and f"| {_plan.fmt_us(total)} |" in row)
+        counts = sorted({r["ccl_count"] for r in run})
+        assert (f"| {counts[0]} |" if len(counts) == 1 else f"| {counts[0]} - {counts[-1]} |") in row
+        assert ("(the same collectives)" in row) == (len({(r["ccl_count"], r["ccl_bytes"]) for r in run}) == 1)
+        assert not any(row.startswith(f"| {r['label']} |") for r in run for row in rows)
+        assert f"`{next(iter(run[0]['arguments_changed']))}` →" in row
+
+
+def test_a_real_run_has_equal_whole_model_alternatives(real_plan):
+    """The runs above hold a table with several alternatives priced the same as the plan,
+    so the row form is exercised: Qwen3.5's seven +0.0 us alternatives (reshape-site
+    constraints that change nothing, weights replicated at no modeled cost) are one row."""
+    p = real_plan("qwen35")
+    same = [r for r in p.search["rejected"] if r["total_us"] == p.cost["total_us"]]
+    assert len(same) > 1
+    rows = _whole_model_rows(render_report(p, png_path=None))
+    assert sum("| +0.0 us |" in row for row in rows) == 1
+    assert any(row.startswith(f"| {len(same)} alternatives priced the same ") for row in rows)

@@ -20,7 +20,8 @@ def real(tmp_path_factory):
     from shard_opt.cli import main
 
     d = tmp_path_factory.mktemp("plans")
-    runs = {"mlp@2x4": [MLP, "--mesh", "2x4"], "block@1x8": [BLOCK, "--mesh", "1x8"],
+    runs = {"mlp@2x4": [MLP, "--mesh", "2x4", "--emit-lit-test", str(d / "mlp@2x4.lit.mlir")],
+            "block@1x8": [BLOCK, "--mesh", "1x8"],
             "pipeline@2x4": [MLP, BLOCK, "--mesh", "2x4"]}
     out = {}
     for name, argv in runs.items():
@@ -29,6 +30,7 @@ def real(tmp_path_factory):
         out[name] = json.loads(path.read_text())
     assert main([str(d / "mlp@2x4.mlir"), "--evaluate", "--plan-json", str(d / "eval.json"), "--quiet"]) == 0
     out["evaluate"] = json.loads((d / "eval.json").read_text())
+    out["_dir"] = d
     return out
 
 
@@ -98,3 +100,41 @@ def test_the_schema_lists_every_key_the_driver_writes():
     documented = set(re.findall(r"^\| `([a-z_]+)` \|", doc, re.M))
     fields = {f.name for f in plan_mod.dataclasses.fields(Plan)} | {"schema_version"}
     assert documented == fields
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["arguments"][0].update(shape="4x8"), "plan JSON arguments[0].shape is \"4x8\", not list[int] (Argument)"),
+    (lambda d: d["arguments"][1].pop("sharding"), "plan JSON arguments[1] lacks 'sharding' (Argument;"),
+    (lambda d: d["collectives"][0].update(bytes_per_device="512"),
+     "plan JSON collectives[0].bytes_per_device is \"512\", not int (Collective)"),
+    (lambda d: d["collectives"].__setitem__(0, ["all_reduce"]), "plan JSON collectives[0] is list, not an object (Collective)"),
+    (lambda d: d["cost"].update(fits=1), "plan JSON cost.fits is 1, not bool (Cost)"),
+    (lambda d: d["mesh"].pop("axes"), "plan JSON mesh lacks 'axes' (MeshRecord;"),
+    (lambda d: d["mesh"].update(axes=["batch", 4]), "plan JSON mesh.axes is [\"batch\", 4], not list[str] (MeshRecord)"),
+])
+def test_a_bad_record_is_one_clear_line(real, edit, words):
+    """A record the emitters read (an argument, a collective, the cost, the mesh) of the
+    wrong JSON type, or lacking a key every plan JSON writes, is refused in one line."""
+    data = json.loads(json.dumps(real["mlp@2x4"]))
+    edit(data)
+    with pytest.raises(PlanSchemaError) as e:
+        Plan.from_json(data, where="P.json")
+    msg = str(e.value)
+    assert msg.startswith("P.json: ") and words in msg and "\n" not in msg, msg
+
+
+def test_a_bad_record_in_a_pipeline_names_its_model(real):
+    data = json.loads(json.dumps(real["pipeline@2x4"]))
+    data["pipeline"][1]["cost"]["total_us"] = "fast"
+    with pytest.raises(PlanSchemaError, match=r"^P.json: pipeline\[1\]: plan JSON cost.total_us is \"fast\""):
+        plan_from_json(data, where="P.json")
+
+
+def test_an_emitter_works_from_a_plan_loaded_from_json(real):
+    """The lit test written from a plan read back from its JSON is the one the run wrote."""
+    from shard_opt.emit.lit_test import emit_lit_test
+
+    d = real["_dir"]
+    p = Plan.from_json(real["mlp@2x4"], where="mlp@2x4.json")
+    module = (d / "mlp@2x4.mlir").read_text()
+    assert emit_lit_test(module, p, run_args="--mesh 2x4") == (d / "mlp@2x4.lit.mlir").read_text()

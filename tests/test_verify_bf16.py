@@ -92,11 +92,28 @@ def test_check_refuses_up_front_when_it_cannot_fit(monkeypatch):
     from shard_opt.errors import UserError
 
     weights = [SimpleNamespace(shape=(50400, 4096), dtype="bf16"), SimpleNamespace(shape=(1, 128), dtype="i64")]
-    monkeypatch.setattr(verify, "_available_bytes", lambda: 2_000_000_000)  # the machine's MemAvailable
-    with pytest.raises(UserError, match=r"needs about 3\.3 GB .* 0\.41 GB of weights .* 2\.0 GB is available"):
+    monkeypatch.setattr(verify, "_available_bytes", lambda: 1_500_000_000)  # the machine's MemAvailable
+    with pytest.raises(UserError, match=r"needs about 1\.7 GB \(~4x the 0\.41 GB of weights .* 1\.5 GB is available"):
         verify.check_memory(weights, where="gptj")
-    monkeypatch.setattr(verify, "_available_bytes", lambda: 4_000_000_000)
+    monkeypatch.setattr(verify, "_available_bytes", lambda: 2_000_000_000)
     verify.check_memory(weights, where="gptj")
+
+
+def test_widened_inputs_are_the_bf16_values_held_once_in_f32_and_aligned():
+    """What a widened check draws: the bf16 draw's values, in f32 (no bf16 copy), each float
+    array aligned so XLA's CPU client aliases it instead of copying it to every device."""
+    import numpy as np
+
+    from shard_opt import verify
+
+    types = [((64, 48), "bf16"), ((3, 5), "f32"), ((2, 7), "f16"), ((4,), "i32")]
+    low = verify.random_inputs(types, 3)
+    wide = verify.random_inputs(types, 3, widen=True)
+    assert [x.dtype.name for x in low] == ["bfloat16", "float32", "float16", "int32"]
+    assert [x.dtype.name for x in wide] == ["float32", "float32", "float32", "int32"]
+    for a, b in zip(low, wide):
+        assert np.array_equal(a.astype(np.float32), b)
+    assert all(x.ctypes.data % verify.HOST_ALIGNMENT == 0 for x in low[:3] + wide[:3])
 
 
 BITCAST = """module {

@@ -6,7 +6,8 @@ emitter reads (the report, the torch script, the lit test, verify-ir, the JAX co
 back (and refuses a plan of another ``SCHEMA_VERSION`` with one line). Its fields are the
 plan JSON's top-level keys; the records under them (an argument, a collective, the cost,
 a baseline, a safety row ...) stay JSON-shaped (``Argument``, ``Collective``, ``Cost``
-say their keys), as the plan JSON writes them. A pipeline's plan is a ``PipelinePlan``.
+say their keys), as the plan JSON writes them; ``from_json`` checks the ones the emitters
+read (``RECORDS``) key by key. A pipeline's plan is a ``PipelinePlan``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,19 @@ class Cost(TypedDict, total=False):
     fits: bool
     ccl_per_layer: int  # a model scored from short copies: one repeated layer's collectives
     checked_us: float  # the tt-mlir check's figure for what tt-mlir emits
+
+
+# The records under a top-level key that the emitters read, with the keys every plan JSON
+# holds in them (build_plan / collectives_of / cost_dict write them always); from_json
+# checks each record's keys and their JSON types (``_check_records``).
+RECORDS: dict[str, tuple[type, tuple[str, ...], bool]] = {  # key -> (record, required keys, a list of them)
+    "mesh": (MeshRecord, ("shape", "axes"), False),
+    "arguments": (Argument, ("index", "name", "kind", "shape", "dtype", "sharding"), True),
+    "collectives": (Collective, ("kind", "axes", "shape", "dtype", "bytes_per_device", "group_size",
+                                 "component", "layer"), True),
+    "cost": (Cost, ("total_us", "compute_us", "ccl_us", "ccl_count", "ccl_bytes", "memory_per_device_bytes",
+                    "fits"), False),
+}
 
 
 class PlanSchemaError(ValueError):
@@ -259,8 +273,61 @@ def _fields_of(cls, data: dict, where: str) -> dict:
         if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED):
             raise PlanSchemaError(f"{where}: plan JSON key {f.name!r} is {type(v).__name__}, "
                                   f"not {'/'.join(t.__name__ for t in ok)}")
+        if v is not None and f.name in RECORDS:
+            _check_records(f.name, v, where)
         out[f.name] = _copy(v)
     return out
+
+
+def _json_ok(v, tp) -> bool:
+    """Whether JSON value ``v`` is of the annotated type ``tp`` (``int`` is a ``float``)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_json_ok(v, t) for t in typing.get_args(tp))
+    if tp is type(None):
+        return v is None
+    if origin is list:
+        (item,) = typing.get_args(tp) or (typing.Any,)
+        return isinstance(v, list) and all(_json_ok(x, item) for x in v)
+    if tp is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if tp is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if tp in (str, bool, dict):
+        return isinstance(v, tp)
+    return True
+
+
+def _type_text(tp) -> str:
+    text = tp.__name__ if isinstance(tp, type) and not getattr(tp, "__args__", None) else str(tp)
+    return text.replace("typing.", "").replace("NoneType", "null")
+
+
+def _check_records(key: str, value, where: str) -> None:
+    """Refuse, in one line, a record under ``key`` (``RECORDS``) that is not an object, lacks
+    a key every plan JSON writes, or holds a known key of the wrong JSON type."""
+    import typing
+
+    record, required, many = RECORDS[key]
+    hints = typing.get_type_hints(record)
+    items = list(enumerate(value)) if many else [(None, value)]
+    if many and not isinstance(value, list):
+        raise PlanSchemaError(f"{where}: plan JSON key {key!r} is {type(value).__name__}, not list")
+    for i, r in items:
+        at = f"{key}[{i}]" if many else key
+        if not isinstance(r, dict):
+            raise PlanSchemaError(f"{where}: plan JSON {at} is {type(r).__name__}, not an object ({record.__name__})")
+        missing = [k for k in required if k not in r]
+        if missing:
+            raise PlanSchemaError(f"{where}: plan JSON {at} lacks {', '.join(map(repr, missing))} "
+                                  f"({record.__name__}; re-run shard-opt --plan-json to write it)")
+        for k, tp in hints.items():
+            if k in r and not _json_ok(r[k], tp):
+                raise PlanSchemaError(f"{where}: plan JSON {at}.{k} is {json.dumps(r[k])[:40]}, not "
+                                      f"{_type_text(tp)} ({record.__name__})")
 
 
 def _copy(v):

@@ -368,8 +368,25 @@ def weight_fan_in(module_text: str) -> dict[int, int]:
     return fan
 
 
+# XLA's CPU client aliases a host array it is handed (no copy, on every device that takes
+# it whole or a contiguous slice of it) only when the array is aligned to this many bytes;
+# numpy aligns to 16, and then every device of a replicated argument gets its own copy
+# (measured: a replicated 826 MB f32 array on 8 devices, +6.45 GB at 16-byte alignment,
+# +0 at 64: benchmarks/results.md, issue 23 "--verify-numerics memory").
+HOST_ALIGNMENT = 64
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised array aligned to ``HOST_ALIGNMENT`` bytes (see there)."""
+    dtype = np.dtype(dtype)
+    n = math.prod(shape) * dtype.itemsize
+    buf = np.empty(n + HOST_ALIGNMENT, np.uint8)
+    off = (-buf.ctypes.data) % HOST_ALIGNMENT
+    return buf[off:off + n].view(dtype).reshape(shape)
+
+
 def random_inputs(arg_types, seed: int = 0, bounds: dict[int, int] | None = None,
-                  fan_in: dict[int, int] | None = None) -> list[np.ndarray]:
+                  fan_in: dict[int, int] | None = None, *, widen: bool = False) -> list[np.ndarray]:
     """Seeded inputs for ``[(shape, dtype), ...]``: floats uniform with standard deviation 1,
     random i1, and integers
     uniform in ``[0, bounds[i])`` for argument ``i`` (``index_bounds``), 0 without a bound
@@ -386,6 +403,10 @@ def random_inputs(arg_types, seed: int = 0, bounds: dict[int, int] | None = None
     memory for a 0.8 B-parameter model's weights; uniform float32 is several times
     faster) and narrowed array by array; integers come from their own generator per argument (seeded with
     ``(seed, i)``), so the floats are the same with or without bounds.
+
+    ``widen``: a bf16/f16 argument is returned as its values rounded to that type and held
+    in f32 (what a program widened by ``promote_to_f32`` takes), so no bf16 copy is kept
+    beside the f32 one. Float arrays are aligned for XLA to alias them (``aligned_empty``).
     """
     rng = np.random.default_rng(seed)
     bounds = bounds or {}
@@ -403,21 +424,35 @@ def random_inputs(arg_types, seed: int = 0, bounds: dict[int, int] | None = None
                 out.append(np.zeros(shape, npd))
         else:
             # uniform with the wanted standard deviation: U(-a, a) has sd a / sqrt(3)
-            x = rng.random(shape, dtype=np.float32)
+            x = aligned_empty(tuple(shape), np.float32)
+            rng.random(out=x, dtype=np.float32)  # the same stream as rng.random(shape)
             a = math.sqrt(3.0) / math.sqrt(max(1, fan_in.get(i, 1)))
             x *= np.float32(2 * a)
             x -= np.float32(a)
-            out.append(x if npd == np.float32 else x.astype(npd))
+            if npd == np.float32:
+                out.append(x)
+            elif widen and dtype in _LOW_PRECISION:
+                x[...] = x.astype(npd)  # rounded to bf16/f16, kept in f32
+                out.append(x)
+            else:
+                y = aligned_empty(tuple(shape), npd)
+                y[...] = x
+                out.append(y)
     return out
 
 
 # Peak resident memory of a --verify-numerics run per byte of the module's arguments (at
-# their own precision). Measured (benchmarks/verify/measure.sh, benchmarks/results.md): the
-# 2-layer GPT-J-width model in bf16 on 1x8, 1.63 GB of weights, peaks at 12.4 GB (7.6x)
-# with both programs widened to f32; most of it while the sharded program runs (every
-# device's f32 shards, the devices running at once). The check refuses up front when this
-# times the arguments is more than the machine has available, instead of being killed.
-MEMORY_PER_ARGUMENT_BYTE = 8.0
+# their own precision). Measured (benchmarks/verify/measure.sh, benchmarks/results.md
+# "--verify-numerics memory", 2026-12-02): the 2-layer GPT-J-width model in bf16 on 1x8,
+# 1.63 GB of weights, peaks at 4.96 GB (3.0x) with both programs widened to f32: the one
+# f32 host copy of the arguments (2x their bf16 bytes), which XLA aliases where it can,
+# plus the shards it must copy (row-parallel weights, split on a non-leading dim) and the
+# runs' buffers. Was 12.39 GB (7.6x) before the inputs were aligned and held once. The
+# factor is 4: the f32 copy (2x) plus, at most, a device copy of every argument (2x, no
+# argument aliased), the buffers on top of that being small for weight-bound models. The
+# check refuses up front when this times the arguments exceeds what the machine has
+# available, instead of being killed.
+MEMORY_PER_ARGUMENT_BYTE = 4.0
 
 
 def _available_bytes() -> int | None:
@@ -445,8 +480,8 @@ def check_memory(arguments, *, where: str) -> None:
     if avail is not None and need > avail:
         raise UserError(
             f"{where}: --verify-numerics needs about {need / 1e9:.1f} GB (~{MEMORY_PER_ARGUMENT_BYTE:g}x the "
-            f"{total / 1e9:.2f} GB of weights and inputs: XLA's CPU backend runs every device at once, in "
-            f"f32) and {avail / 1e9:.1f} GB is available; check the plan on fewer layers "
+            f"{total / 1e9:.2f} GB of weights and inputs: held in f32, plus the shards XLA's CPU backend "
+            f"copies to each device) and {avail / 1e9:.1f} GB is available; check the plan on fewer layers "
             f"(--layers N) or drop --verify-numerics")
 
 
@@ -524,25 +559,31 @@ def verify_numerics(
         raise UserError(f"verify: {len(inputs)} inputs for {len(arg_types)} arguments")
     out_shapes = [s for s, _ in result_types]
     xla_text = _xla_ready(module_text)
-    args = list(inputs) if inputs is not None else random_inputs(
-        arg_types, seed, index_bounds(module_text), weight_fan_in(module_text))
 
+    # Memory (benchmarks/results.md, issue 23): the programs compile before any input is
+    # drawn; the inputs are held once, in the precision the programs take (a widened
+    # program's bf16 values drawn straight into f32, no bf16 copy beside them), aligned so
+    # XLA's CPU client aliases them instead of copying them to each device; the sharded
+    # run's executable and device buffers are freed before the reference runs, and of each
+    # run only its outputs are kept.
     executables = None
     if _has_low_precision(module_text) or _has_low_precision(ref_text):
         try:
-            executables = (ir.xla_compile(promote_to_f32(xla_text), num_devices),
-                           ir.xla_compile(promote_to_f32(ref_text), 1, shardy=False))
-            # the same (bf16-rounded) values, each widened only while XLA takes it
-            # (ir.xla_execute calls it): no f32 copy of the weights stays alive
-            args = [(lambda x=x: np.asarray(x, np.float32)) if np.asarray(x).dtype.name in ("bfloat16", "float16")
-                    else x for x in args]
+            executables = [ir.xla_compile(promote_to_f32(xla_text), num_devices),
+                           ir.xla_compile(promote_to_f32(ref_text), 1, shardy=False)]
         except PassError:
             executables = None  # not the same program in f32 (a bitcast of a bf16 value): as it is
     promoted = executables is not None
     if executables is None:
-        executables = (ir.xla_compile(xla_text, num_devices), ir.xla_compile(ref_text, 1, shardy=False))
+        executables = [ir.xla_compile(xla_text, num_devices), ir.xla_compile(ref_text, 1, shardy=False)]
+    if inputs is not None:
+        args = [np.asarray(x, np.float32) if promoted and np.asarray(x).dtype.name in ("bfloat16", "float16") else x
+                for x in inputs]
+    else:
+        args = random_inputs(arg_types, seed, index_bounds(module_text), weight_fan_in(module_text), widen=promoted)
     sharded = ir.xla_execute(executables[0], args, out_shapes)
-    gc.collect()  # the sharded run's device buffers, before the unsharded run places its own
+    executables[0] = None
+    gc.collect()  # the sharded run's executable and device buffers, before the reference places its own
     unsharded = [p[0][1] for p in ir.xla_execute(executables[1], args, out_shapes)]
     del args, executables
     gc.collect()

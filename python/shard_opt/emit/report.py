@@ -504,12 +504,18 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
         out += ["Rejected alternatives (whole model, as evaluated by the search):", "",
                 "| Alternative | Modeled step | Slower by | CCLs | CCL bytes / device | Changed |",
                 "|---|---|---|---|---|---|"]
-        for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
+        for run in _same_cost_runs(sorted(rejected, key=lambda r: r.get("total_us") or 0), _whole_model_figures):
+            r = run[0]
             total = r.get("total_us")
             delta = _signed_us(total - c["total_us"]) if total is not None and c.get("total_us") is not None else "n/a"
-            changed = "; ".join(f"`{k}` → {_spec_cell(v)}" for k, v in (r.get("arguments_changed") or {}).items())
-            out.append(f"| {_md(r.get('label', '?'))} | {_plan.fmt_us(total)} | {delta} | {r.get('ccl_count', '?')} | "
-                       f"{_plan.fmt_bytes(r.get('ccl_bytes') or 0)} | {changed} |")
+            if len(run) == 1:
+                label = _md(r.get("label", "?"))
+                changed = "; ".join(_change_text(k, v) for k, v in (r.get("arguments_changed") or {}).items())
+            else:
+                label, changed = _same_cost_row(run)
+            counts = _span([x.get("ccl_count") for x in run], str)
+            nbytes = _span([x.get("ccl_bytes") or 0 for x in run], _plan.fmt_bytes)
+            out.append(f"| {label} | {_plan.fmt_us(total)} | {delta} | {counts} | {nbytes} | {changed} |")
         out.append("")
     return out
 
@@ -862,11 +868,75 @@ def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]]) -> list[s
                                        x[1].get("delta_us") or 0))
     lines = [_alternative_line(plan, key, g, a) for g, a in rest]
     if len(same) > 1:
-        names = [f"`{_leaf(g.get('role', '?'), key)}` → {_md(a.get('option', '?'))}" for g, a in same]
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        shown = _some([f"`{_leaf(g.get('role', '?'), key)}` → {_md(a.get('option', '?'))}" for g, a in same])
         lines.append(f"  - {len(same)} alternatives cost what the plan costs ({_signed_us(0.0)}, the same "
                      f"collectives): {shown}.")
     return lines
+
+
+SHOWN = 8  # a line naming many alternatives names this many, then says how many more
+
+
+def _some(names: list[str]) -> str:
+    """The first ``SHOWN`` names, then how many more."""
+    return ", ".join(names[:SHOWN]) + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
+
+
+def _whole_model_figures(r: dict):
+    """What a whole-model alternative is priced (its modeled step): alternatives priced the
+    same are one row (None: no figure to share)."""
+    t = r.get("total_us")
+    if t is None or not math.isfinite(t):
+        return None
+    return t
+
+
+def _span(values: list, fmt) -> str:
+    """One value, or the least and the most of several (``?`` for a missing one)."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return "?"
+    lo, hi = min(known), max(known)
+    return fmt(lo) if lo == hi else f"{fmt(lo)} - {fmt(hi)}"
+
+
+def _same_cost_runs(items: list, figures) -> list[list]:
+    """``items`` (in order) as runs: the items whose ``figures`` are equal (not None)
+    together, at the place of the first of them; every other item alone."""
+    runs: list[list] = []
+    at: dict = {}
+    for x in items:
+        f = figures(x)
+        if f is None:
+            runs.append([x])
+        elif f in at:
+            at[f].append(x)
+        else:
+            at[f] = [x]
+            runs.append(at[f])
+    return runs
+
+
+def _change_text(name: str, sharding) -> str:
+    return f"`{name}` → {_spec_cell(sharding)}"
+
+
+def _same_cost_row(run: list[dict]) -> tuple[str, str]:
+    """The label and "Changed" cells of one table row standing for several whole-model
+    alternatives priced the same: how many, whether their collectives are the same, the
+    changes they share and the ones they differ in."""
+    changes = [[_change_text(k, v) for k, v in (r.get("arguments_changed") or {}).items()] for r in run]
+    common = [x for x in changes[0] if all(x in ch for ch in changes[1:])]
+    differ = list(dict.fromkeys(x for ch in changes for x in ch if x not in common))
+    per = {len([x for x in ch if x not in common]) for ch in changes}
+    same_ccls = len({(r.get("ccl_count"), r.get("ccl_bytes")) for r in run}) == 1
+    label = (f"{len(run)} alternatives priced the same "
+             + ("(the same collectives)" if same_ccls else "(their collectives differ: the CCL cells give the range)"))
+    cell = ("all change " + "; ".join(common)) if common else ""
+    if differ:
+        each = "one" if per == {1} else "some"
+        cell += ("; " if cell else "") + f"each changes {each} of: {_some(differ)}"
+    return label, cell
 
 
 def _shown_as_alternative(r: dict, groups: list[dict]) -> bool:
