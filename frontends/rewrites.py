@@ -34,6 +34,8 @@ else sees it (every module shard-opt hands to XLA or emits comes from it):
   tt-xla hands tt-mlir and what the Tenstorrent PJRT plugin accepts (it refuses a module
   with an ``arith.constant``: "Failed to serialize StableHLO with mixed dialects ...
   unstable op: arith.constant", references/ttmlir_offline.md).
+* ``empty_to_zeros``: a ``tensor.empty`` (``torch.empty_like``, then filled) becomes a
+  zero ``stablehlo.constant``, for the same reason.
 """
 
 from __future__ import annotations
@@ -468,6 +470,31 @@ def arith_to_stablehlo_constants(module) -> int:
     return count
 
 
+def empty_to_zeros(module) -> int:
+    """Replace each ``tensor.empty`` by a zero ``stablehlo.constant`` of its type; returns how
+    many. torch-mlir lowers ``torch.empty`` / ``empty_like`` (a buffer the program then fills,
+    as diffusers' rotary embedding does with ``out[..., 0::2] = ...``) to ``tensor.empty``;
+    its contents are undefined, so zeros are one valid value, and the module stays pure
+    StableHLO: tt-mlir stops at "failed to legalize operation 'tensor.empty'" and XLA's
+    import refuses it too (the Wan 2.2 DiT expert module, issue #24's check)."""
+    irm = ir.ir()
+    count = 0
+    with module.context, irm.Location.unknown():
+        for op in [o.operation for o in ir.walk_ops(module.operation)]:
+            if op.name != "tensor.empty" or op.operands:  # a dynamic size: nothing to build a constant of
+                continue
+            t = op.results[0].type
+            e = t.element_type
+            zero = irm.FloatAttr.get(e, 0.0) if isinstance(e, irm.FloatType) else irm.IntegerAttr.get(e, 0)
+            new = irm.Operation.create("stablehlo.constant", results=[t],
+                                       attributes={"value": irm.DenseElementsAttr.get_splat(t, zero)},
+                                       loc=op.location, ip=irm.InsertionPoint(op))
+            op.results[0].replace_all_uses_with(new.results[0])
+            op.erase()
+            count += 1
+    return count
+
+
 def narrow_f64(module, *, where: str) -> int:
     """Retype every ``f64`` value, constant and function signature to ``f32``; returns how many values.
 
@@ -552,7 +579,8 @@ def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
 
     Returns the new text and one note per rewrite that fired (for the model's meta).
     """
-    if "dense_resource<" not in text and "f64" not in text and "arith.constant" not in text:
+    if "dense_resource<" not in text and "f64" not in text and "arith.constant" not in text and \
+            "tensor.empty" not in text:
         return text, []
     # A fresh context: MLIR uniques resource names per context, so in the shared one a
     # second module's blob "x" would be renamed "x_1" and no longer match the text's key.
@@ -567,6 +595,9 @@ def after_lowering(text: str, *, where: str) -> tuple[str, list[str]]:
     converted = arith_to_stablehlo_constants(module) if "arith.constant" in text else 0
     if converted:
         notes.append(f"arith.constant -> stablehlo.constant ({converted} constants)")
+    emptied = empty_to_zeros(module) if "tensor.empty" in text else 0
+    if emptied:
+        notes.append(f"tensor.empty -> zero stablehlo.constant ({emptied} buffers)")
     out = ir.print_module(module)
     if "dense_resource<" in out:
         raise RuntimeError(f"{where}: a dense_resource attribute is left after inlining (nested in another "

@@ -7,6 +7,7 @@ it); every other failure is a failure.
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -216,3 +217,27 @@ def test_a_split_half_of_a_fused_projection_is_priced_as_tt_mlir_compiles_it(run
     assert chk["matches"], chk["differences"]
     ttir = {k: n for k, n in chk["stages"]["ttir"].items() if k != "all_slice"}  # mesh_partition: local
     assert ttir == _priced(plan) and ttir["all_gather"] == 2
+
+
+@needs_plugin
+def test_a_compiler_client_that_dies_starting_leaves_the_plan_unchecked_not_replaced(run_cli, tmp_path,
+                                                                                      monkeypatch):
+    """A child whose plugin client never comes up (seen when another run unpacks the plugin's
+    assets at the same moment) is tried once more; then every job is unchecked, and the
+    search's plan stays the recommendation instead of the next finalist."""
+    starts = []
+
+    def dies(jobs_path):
+        starts.append(jobs_path)
+        return [sys.executable, "-c", "import sys; sys.stderr.write('error: no backend tt\\n'); sys.exit(3)"]
+
+    monkeypatch.setattr(ttc, "_child_command", dies)
+    plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", "2x4")
+    chk = plan["checks"]["tt_mlir"]
+    assert not chk["compiled"] and ttc.is_startup_error(chk["error"]), chk["error"]
+    assert "exit status 3" in chk["error"]
+    assert len(starts) == 2  # one retry, not one child per job
+    assert "is not recommended" not in err and "no finalist compiled" in err
+    code, _, _ = run_cli(MLP, "--mesh", "2x4", "--no-check", "--plan-json", tmp_path / "unchecked.json")
+    unchecked = json.loads((tmp_path / "unchecked.json").read_text())
+    assert code == 0 and plan["arguments"] == unchecked["arguments"]  # the search's plan, as found

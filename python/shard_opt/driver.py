@@ -335,6 +335,8 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
                      "arguments_changed": _changed(model, final.shardings, fe.shardings)})
     usable = [k for k, chk in enumerate(checks) if chk["compiled"] and not chk.get("likely_miscompile")]
     best = min(usable, key=lambda k: (checks[k]["checked_us"], k)) if usable else 0
+    if ttc.is_startup_error(checks[0]["error"]):
+        best, usable = 0, []  # the check could not run the search's plan: it is shown unchecked, not replaced
     note = None
     if best != 0:
         if not checks[0]["compiled"]:

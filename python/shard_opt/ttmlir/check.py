@@ -169,6 +169,17 @@ def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+STARTUP_ERROR = "tt-mlir's client did not start"  # a failure of the check, not of the module
+
+
+def is_startup_error(error: str | None) -> bool:
+    return bool(error) and error.startswith(STARTUP_ERROR)
+
+
+def _child_command(jobs_path: str) -> list[str]:
+    return [sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path]
+
+
 # A second compiler child pays only when half the modules take longer to compile than its
 # client takes to start: measured here, a full Llama-3-8B module (460 KB of text) compiles in
 # 2.6-3.3 s and a client starts in 3.2 s (1.4 s of it importing jax); a 1-layer copy (27 KB)
@@ -210,6 +221,7 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
     if wait_for is not None:
         wait_for.wait()
     todo = list(todo)
+    starts = 0  # children whose plugin client never came up (not any job's fault)
     while todo:
         jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
         with open(jobs_path, "w") as f:
@@ -217,7 +229,7 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
         out_path, log_path = jobs_path + ".out", jobs_path + ".log"
         crashed = None
         with open(out_path, "w") as out, open(log_path, "w") as log:
-            p = subprocess.Popen([sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path], env=env,
+            p = subprocess.Popen(_child_command(jobs_path), env=env,
                                  stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir)
             deadline = time.monotonic() + 30 + per_job * len(todo)
             while p.poll() is None:
@@ -234,11 +246,22 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, p
             if crashed is None and p.returncode != 0:
                 crashed = _death(p.returncode, log_path)
         with open(out_path) as f:
-            done = [r for r in (json.loads(line) for line in f if line.strip().startswith("{")) if "ready" not in r]
+            records = [json.loads(line) for line in f if line.strip().startswith("{")]
+        done = [r for r in records if "ready" not in r]
         for k, r in zip(todo, done):
             results[k] = r
         todo = todo[len(done):]
-        if todo:  # the job in progress killed the child (or no child ran at all)
+        if todo and not any("ready" in r for r in records):
+            # the client died starting (seen when another run unpacks the plugin's assets at
+            # the same time): once more, then every job left fails as unchecked, none as rejected
+            starts += 1
+            if starts < 2:
+                continue
+            for k in todo:
+                results[k] = {"name": specs[k]["name"], "compiled": False, "seconds": 0.0,
+                              "error": f"{STARTUP_ERROR}: {crashed or 'no result'}"}
+            return
+        if todo:  # the job in progress killed the child
             results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
                                 "error": crashed or "the compiler process ended without a result"}
             todo = todo[1:]
