@@ -554,9 +554,10 @@ def test_cost_models_price_the_same_facts():
                   for e, k, b in zip(facts.arg_global_elements, facts.arg_kinds, facts.arg_local_bytes)
                   if b < e * BF16)
     assert heuristic.score == pytest.approx(len(facts.collectives) - benefit, abs=0.01)
-    # Uncalibrated, it prefers the replicated plan (score 0) that is 6x slower.
+    # Uncalibrated, it prefers the replicated plan (score 0) that is ~6x slower (5.9x since the
+    # sharded plan's 66 collectives pay the layout ops tt-mlir runs around them, ttnn_ops.py).
     replicated = costmodel.get_cost_model("autoshard-heuristic").price(llama3_8b_decode_facts(1), system)
-    assert replicated.score == 0 < heuristic.score and replicated.total_us > 6 * heuristic.total_us
+    assert replicated.score == 0 < heuristic.score and replicated.total_us > 5.5 * heuristic.total_us
 
 
 def test_annotate_costs_pass_stamps_times():
