@@ -39,6 +39,13 @@ number from another model: tt_transformers' traced decode reads its token back e
 per iteration, tt-metal PR 56048: a lower bound). Each end-to-end row shows its device-only
 ratio beside the end-to-end one.
 
+Per-op work (end-to-end rows, docs/costmodel.md 4d.2): the device ops each path runs per
+step, counted (tt_transformers' decode layer from its code, ``TT_TRANSFORMERS_OPS_PER_LAYER``;
+tt-xla's from tt-mlir's estimated layout ops, ``costmodel/ttnn_ops.py``), times the path's
+per-op time ``HostPath.op_us``, fitted on the N150 rows (``OP_US_CALIBRATION``: use
+``calibration``) and validated on every other end-to-end row; their bands come from the
+calibration rows' spread, not from the rows they judge.
+
     python benchmarks/fidelity.py                  # every row (lowers Llama 1B-70B twice each)
     python benchmarks/fidelity.py --only per-op    # no lowering: about a second
     python benchmarks/fidelity.py --json rows.json # also the rows as JSON
