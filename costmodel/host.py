@@ -17,12 +17,16 @@ from shard_opt.errors import UserError
 
 @dataclass(frozen=True)
 class HostPath:
-    """One execution path: its host time per decode step (us), what it covers, the source."""
+    """One execution path: its host time per decode step (us), what it covers, the source;
+    ``op_us``: the time the path spends per device op it runs beyond the kernel and the
+    traced gap the cost model prices (0 where not known), and where that figure comes from."""
 
     name: str
     host_us: float
     covers: str
     source: str
+    op_us: float = 0.0
+    op_source: str = ""
 
 
 HOST_PATHS = {
@@ -37,9 +41,20 @@ HOST_PATHS = {
         # tt_transformers' traced decode reads the token back each step: pipelining that
         # read-back removed 0.39 ms per step on Llama-3.2-1B and 3B alike on a T3K ("the
         # fixed per-step host cost is identical between models").
+        # op_us: fitted (benchmarks/fidelity.py fit_op_us, least squares on the relative error)
+        # to the three N150 decode rows of tt_transformers' PERF.md (Llama 3.2-1B, 3.2-3B,
+        # 3.1-8B: single-row fits 13.7, 6.3, 8.7 us), with the demo's decode layer counted
+        # from its code (23 device ops on 1 chip, 25 on 2 or 8: fidelity.py
+        # TT_TRANSFORMERS_OPS_PER_LAYER); checked against the N300, T3K, 70B T3K and tt-xla
+        # PR 5073 rows. It is per-op time the kernels do not cover: the traced op-to-op gap
+        # (tt-metal llms.md 4.5.4: "below 6us" traced; 0.6-0.87 us in the Galaxy demo) and the
+        # small kernels' time above the model's latency + roofline.
         HostPath("tt-metal-traced", 390.0,
                  "traced; the sampled token is read back to the host each step (tt_transformers)",
-                 "tt-metal issue 49345 (Stage-2 pipelined readback: -0.39 ms/step, same on 1B and 3B)"),
+                 "tt-metal issue 49345 (Stage-2 pipelined readback: -0.39 ms/step, same on 1B and 3B)",
+                 op_us=9.568,
+                 op_source="fitted to tt-metal models/tt_transformers/PERF.md N150 decode rows (1B, 3B, 8B); "
+                           "validated on its N300/T3K rows and tt-xla PR 5073 (benchmarks/fidelity.py)"),
         # tt-xla's LLM benchmark, untraced: the logits come to the host every step for the
         # argmax, the next ids and cache position go back: "transferring the output tensors
         # to host alone adds ~20ms of overhead per decode step" (multichip).

@@ -31,6 +31,15 @@ A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak and r
 its KV at ``sdpa_dram_efficiency``. Every device op and every collective also pays the
 op-to-op gap (``dispatch``: ``traced``, ``untraced`` or ``none``).
 
+Under the generic profile (the program tt-mlir compiles) the step also pays for the device
+ops TTNN runs that no priced op stands for -- layout and data movement, 2-3x the priced ops
+on the checked zoo -- each at the shortest kernel plus the op-to-op gap
+(``unpriced_op_us``). Their number is estimated from the module's graph
+(``costmodel/ttnn_ops.py``, per priced op class and collective, calibrated on the checked
+zoo); the tt-mlir check replaces the estimate with the count it reads from the TTNN IR
+(``shard_opt.ttmlir.check.checked_cost``), so the checked and the unchecked costs are the
+same sum. The tuned profile prices tt-metal's own programs and charges none (``layout_ops``).
+
 Weights are read from DRAM by every op that uses them, so at small batch (decode) the time
 is weight-read bound: a replicated weight makes every chip read all of it, a weight split
 N ways is read N times faster. With ``prefetch_weights`` (tt-metal's Galaxy Llama demo:
@@ -42,11 +51,13 @@ from L1 and runs on the cores the prefetcher feeds (``Compute.prefetch_compute_s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
 from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, DECODE_ROWS, System, kernel_class
+from shard_opt.costmodel.ttnn_ops import estimated_extra_ops
 from shard_opt.errors import UserError
 from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
 
@@ -67,6 +78,8 @@ class TenstorrentModel(CostModel):
       matmul_efficiency, dram_efficiency: override the profile's shares (None: keep).
       native_all_to_all: price all_to_all as one ttnn all_to_all (tt-metal fit) instead
         of tt-mlir's N(N-1) point-to-point ops.
+      layout_ops: charge the estimated layout / data-movement ops TTNN runs beyond the
+        priced ones (generic profile only; ``charges_layout_ops``).
     """
 
     name = "tenstorrent"
@@ -79,6 +92,7 @@ class TenstorrentModel(CostModel):
     matmul_efficiency: float | None = None
     dram_efficiency: float | None = None
     native_all_to_all: bool = False
+    layout_ops: bool = True
 
     def __post_init__(self):
         for option, value, allowed in (("ccl_profile", self.ccl_profile, CCL_PROFILES),
@@ -110,6 +124,22 @@ class TenstorrentModel(CostModel):
 
     def _gap(self, system: System) -> float:
         return system.compute_profile(self.compute_profile).dispatch_us[self.dispatch]
+
+    def charges_layout_ops(self) -> bool:
+        """Whether ``price`` adds the estimated unpriced TTNN ops (the compiler's program)."""
+        return self.layout_ops and self.compute_profile == "generic"
+
+    def unpriced_op_us(self, system: System) -> float:
+        """One device op the compute model has no op for (a layout or data-movement op):
+        the shortest kernel plus the op-to-op gap (docs/costmodel.md 2.6)."""
+        return system.compute_profile(self.compute_profile).kernel_floor_us + self._gap(system)
+
+    def layout(self, facts: ModuleFacts, system: System) -> tuple[float, float]:
+        """(estimated unpriced TTNN ops per step, their time in us) for ``facts``."""
+        if not self.charges_layout_ops():
+            return 0.0, 0.0
+        n = estimated_extra_ops(facts)
+        return n, n * self.unpriced_op_us(system)
 
     def _kernel_us(self, op: OpWork, system: System, nbytes: float, share: float = 1.0) -> float:
         """One kernel: the roofline of ``nbytes`` of traffic, its math on ``share`` of the
@@ -148,6 +178,14 @@ class TenstorrentModel(CostModel):
         return "decode"
 
     def price(self, facts: ModuleFacts, system: System) -> Cost:
+        cost = self._price(facts, system)
+        n, us = self.layout(facts, system)
+        if not us:
+            return cost
+        return dataclasses.replace(cost, total_us=cost.total_us + us, compute_us=cost.compute_us + us, score=None,
+                                   layout_us=us, layout_ops=n)
+
+    def _price(self, facts: ModuleFacts, system: System) -> Cost:
         if not self.prefetch_weights:
             return super().price(facts, system)
         times = [self.collective_us(c, facts, system) for c in facts.collectives]

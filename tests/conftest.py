@@ -31,9 +31,15 @@ from hypothesis import settings  # noqa: E402
 # Property tests draw the same examples on every machine and every run (a failure is
 # reproducible, and the suite does not fail at random on a fresh checkout); a failure
 # prints the blob that replays it (@reproduce_failure). HYPOTHESIS_PROFILE=random
-# explores new examples on purpose. Per-test @settings override single fields only.
+# explores new examples on purpose; HYPOTHESIS_PROFILE=seeded with hypothesis' own
+# --hypothesis-seed=N draws the examples of seed N (derandomize off, no example database,
+# so a seed means the same examples on every machine):
+#   HYPOTHESIS_PROFILE=seeded .venv/bin/python -m pytest tests/test_costmodel.py tests/test_fuzz.py --hypothesis-seed=3
+# A failing example a seed finds is kept as an @example on its test.
+# Per-test @settings override single fields only.
 settings.register_profile("shard-opt", derandomize=True, print_blob=True, database=None)
 settings.register_profile("random", derandomize=False, print_blob=True)
+settings.register_profile("seeded", derandomize=False, print_blob=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "shard-opt"))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

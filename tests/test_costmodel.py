@@ -320,11 +320,15 @@ def test_blackhole_tuned_profile():
 
 
 def test_property_tests_are_derandomized():
-    """tests/conftest.py loads a derandomized hypothesis profile; per-test @settings
-    keep it (a fresh machine draws what every other run drew)."""
+    """tests/conftest.py loads a derandomized hypothesis profile by default; per-test
+    @settings keep the loaded profile's choice (a fresh machine draws what every other run
+    drew; HYPOTHESIS_PROFILE=seeded/random turn it off on purpose, for every test alike)."""
+    import os
+
+    expected = os.environ.get("HYPOTHESIS_PROFILE", "shard-opt") == "shard-opt"
     for test in (test_time_grows_with_bytes, test_time_grows_with_devices, test_ring_beats_line_at_large_sizes,
                  test_blackhole_beats_wormhole_at_equal_bytes):
-        assert test._hypothesis_internal_use_settings.derandomize
+        assert test._hypothesis_internal_use_settings.derandomize is expected
 
 
 @settings(max_examples=60, deadline=None, database=None)
@@ -554,9 +558,10 @@ def test_cost_models_price_the_same_facts():
                   for e, k, b in zip(facts.arg_global_elements, facts.arg_kinds, facts.arg_local_bytes)
                   if b < e * BF16)
     assert heuristic.score == pytest.approx(len(facts.collectives) - benefit, abs=0.01)
-    # Uncalibrated, it prefers the replicated plan (score 0) that is 6x slower.
+    # Uncalibrated, it prefers the replicated plan (score 0) that is ~6x slower (5.9x since the
+    # sharded plan's 66 collectives pay the layout ops tt-mlir runs around them, ttnn_ops.py).
     replicated = costmodel.get_cost_model("autoshard-heuristic").price(llama3_8b_decode_facts(1), system)
-    assert replicated.score == 0 < heuristic.score and replicated.total_us > 6 * heuristic.total_us
+    assert replicated.score == 0 < heuristic.score and replicated.total_us > 5.5 * heuristic.total_us
 
 
 def test_annotate_costs_pass_stamps_times():
@@ -602,3 +607,73 @@ if __name__ == "__main__":
     print(f"{'point':45} {'model':>10} {'reference':>10} {'error':>8}")
     for label, model, ref in reference_table():
         print(f"{label:45} {model:10.3f} {ref:10.3f} {100 * rel_error(model, ref):+7.1f}%")
+
+
+# ---- the unpriced TTNN ops (layout / data movement): costmodel/ttnn_ops.py ------------------
+
+def _layer_facts(collectives: int) -> ModuleFacts:
+    ops = [OpWork("dot", 2 * 32 * 4096 * 4096, 32 * 4096 * 2 + 4096 * 4096 * 2, 32 * 4096 * 2, 4096 * 4096 * 2,
+                  "bf16", kind="matmul"),
+           OpWork("norm", 4 * 32 * 4096, 32 * 4096 * 2, 32 * 4096 * 2, 0, "bf16", kind="norm"),
+           OpWork("add", 32 * 4096, 2 * 32 * 4096 * 2, 32 * 4096 * 2, 0, "bf16")]
+    ccls = [Collective("all_reduce", ("model",), (32, 4096), "bf16", (32, 4096), (32, 4096), 32 * 4096 * 2, 4)
+            for _ in range(collectives)]
+    return ModuleFacts((2, 4), ("batch", "model"), collectives=ccls, ops=ops)
+
+
+def test_generic_profile_charges_the_estimated_layout_ops_at_floor_plus_gap():
+    """The compiler's program pays its estimated unpriced ops (graph counts x the fitted
+    table) at the shortest kernel + the traced gap, inside compute_us; the tuned profile
+    (tt-metal's own program) and layout_ops=false charge none."""
+    from shard_opt.costmodel import ttnn_ops
+
+    system = costmodel.get_system("wh-loudbox")
+    facts = _layer_facts(2)
+    cm = costmodel.get_cost_model("tenstorrent")
+    cost = cm.price(facts, system)
+    bare = costmodel.get_cost_model("tenstorrent:layout_ops=false").price(facts, system)
+    c = system.compute_profile("generic")
+    n = ttnn_ops.estimated_extra_ops(facts)
+    assert n == pytest.approx(math.fsum(ttnn_ops.EXTRA_OPS_PER_CLASS[k] * v
+                                        for k, v in ttnn_ops.class_counts(facts).items()))
+    assert n > 0 and cost.layout_ops == pytest.approx(n)
+    assert cost.layout_us == pytest.approx(n * (c.kernel_floor_us + c.dispatch_us["traced"]))
+    assert cost.total_us == pytest.approx(bare.total_us + cost.layout_us)
+    assert cost.compute_us == pytest.approx(bare.compute_us + cost.layout_us) and cost.score == cost.total_us
+    assert costmodel.get_cost_model("tenstorrent-tuned").price(facts, system).layout_us == 0.0
+
+
+def test_layout_estimate_counts_the_graph_not_the_model():
+    """One more collective adds the table's per-collective ops; the estimate never goes
+    negative (a module smaller than the per-module term)."""
+    from shard_opt.costmodel import ttnn_ops
+
+    a, b = ttnn_ops.estimated_extra_ops(_layer_facts(1)), ttnn_ops.estimated_extra_ops(_layer_facts(2))
+    assert b - a == pytest.approx(ttnn_ops.EXTRA_OPS_PER_CLASS["collective"])
+    assert ttnn_ops.estimated_extra_ops(ModuleFacts((1, 8), ("batch", "model"))) == 0.0
+    assert set(ttnn_ops.EXTRA_OPS_PER_CLASS) == set(ttnn_ops.CLASSES)
+    assert not set(ttnn_ops.FIT_CASES) & set(ttnn_ops.HELD_OUT)  # calibration and validation apart
+
+
+def test_checked_cost_replaces_the_estimate_with_the_ttnn_count():
+    """With the TTNN IR's count, the check removes the estimated ops the cost holds and adds
+    the counted ones at the same per-op time: checked and unchecked costs are one sum."""
+    from types import SimpleNamespace
+
+    from shard_opt.costmodel import ttnn_ops
+    from shard_opt.ttmlir.check import checked_cost
+
+    system = costmodel.get_system("wh-loudbox")
+    cm = costmodel.get_cost_model("tenstorrent")
+    facts = _layer_facts(2)
+    cost = cm.price(facts, system)
+    classes = ttnn_ops.class_counts(facts)
+    plan = {"mesh": {"shape": [2, 4], "axes": ["batch", "model"]}, "cost": {"total_us": cost.total_us}}
+    ttir = SimpleNamespace(extra=[], missing=[])
+    per_op = cm.unpriced_op_us(system)
+    for beyond in (0, 40):
+        summary = {"priced_device_ops": 3, "ttnn_ops_per_step": 3 + 2 + beyond, "priced_op_classes": classes,
+                   "ttnn_ops_breakdown": {"per_step": {"compute": 3, "layout": beyond, "ccl": 2}}}
+        out = checked_cost(plan, ttir, summary, system, cm)
+        assert out["estimated_ops_us"] == pytest.approx(cost.layout_us, abs=1e-3)
+        assert out["checked_us"] == pytest.approx(cost.total_us - cost.layout_us + beyond * per_op, abs=2e-3)

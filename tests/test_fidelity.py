@@ -6,6 +6,7 @@ The layer and end-to-end rows lower Llama 1B-70B (about a minute with a warm cac
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "fidelity.py")
 KEYS = {"name", "kind", "profile", "modeled_us", "measured_us", "ratio", "source", "use", "status", "band"}
-E2E_KEYS = KEYS | {"device_us", "device_ratio", "host_us", "host_path"}
+E2E_KEYS = KEYS | {"device_us", "device_ratio", "host_us", "host_path", "ops_per_step", "op_us", "kernels_ratio"}
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +188,35 @@ def test_ordering_check_fails_on_an_unpriceable_row(fidelity):
     report = fidelity.Report()
     fidelity._order(report, "x", [("a", (1.0, 1.0)), ("b", (float("inf"), 2.0))])
     assert not report.checks[0].passed
+
+
+def _parts(fidelity, label, device, ops, measured, host="tt-metal-traced"):
+    from shard_opt.costmodel.host import host_path
+
+    return fidelity.E2EParts(label, device, 0.0, ops, "counted", host_path(host), measured, "")
+
+
+def test_per_op_time_fit_recovers_a_known_time_from_its_rows(fidelity):
+    """fit_op_us solves for the per-op time: rows built with a known per-op time (and the
+    path's host term) give it back; rows that need none give 0, never a negative time."""
+    host = 390.0
+    rows = [_parts(fidelity, f"r{k}", device, ops, device + host + ops * 7.5)
+            for k, (device, ops) in enumerate(((5000.0, 368), (12000.0, 644), (27000.0, 736)))]
+    assert fidelity.fit_op_us(rows) == pytest.approx(7.5)
+    fast = [_parts(fidelity, "f", 5000.0, 368, 4000.0)]
+    assert fidelity.fit_op_us(fast) == 0.0
+
+
+def test_per_op_time_is_fitted_on_calibration_rows_only(fidelity):
+    """The calibration rows are named (the N150 rows); the demo's op counts cover every
+    system the rows run on; host.py's per-op time names its calibration and validation."""
+    from shard_opt.costmodel.host import HOST_PATHS
+
+    assert all(n.endswith("N150") for n in fidelity.OP_US_CALIBRATION) and len(fidelity.OP_US_CALIBRATION) == 3
+    devices = {math.prod(m) for _, m in fidelity.PERF_SYSTEMS.values()}
+    assert devices <= set(fidelity.TT_TRANSFORMERS_OPS_PER_LAYER)
+    path = HOST_PATHS[fidelity.E2E_HOST_PATH]
+    assert path.op_us > 0 and "N150" in path.op_source and "validated" in path.op_source
+    # the single-row fits of fidelity's calibration rows spread 6-14 us: the fit is their mean
+    # in the relative-error sense, so it lies inside that spread
+    assert 6.0 < path.op_us < 14.0

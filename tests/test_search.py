@@ -114,8 +114,9 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     """Whether the space is enumerated is decided from the space and the module's op
     count, never from a measured time or the core count; and enumeration and local search
     agree here, because constraint sites are searched from several argument plans (on
-    2x4 the best refinement, 158.0 us with the kernel latencies and the prefill weight stream
-    of docs/costmodel.md 2.0, is found from several argument plans; at 147.1 us before them it
+    2x4 the best refinement, 180.3 us with the kernel latencies, the prefill weight stream
+    of docs/costmodel.md 2.0 and the layout ops of 2.6 (158.0 us before those), is found from
+    several argument plans; at 147.1 us before them it
     was of a 162.3 us argument plan, not of the 159.2 us argument optimum)."""
     def run(budget=search_mod.EXHAUSTIVE_OPS, jobs="1", slow=1):
         monkeypatch.setitem(search_mod.search.__kwdefaults__, "exhaustive_ops", budget)
@@ -136,7 +137,7 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     for name, plan in plans.items():
         assert _the_plan(plan) == _the_plan(default), name
     if mesh == "2x4":
-        assert default["constraints"] and default["cost"]["total_us"] <= 158.1
+        assert default["constraints"] and default["cost"]["total_us"] <= 180.3
 
 
 def test_site_starts_are_the_best_distinct_times():

@@ -154,6 +154,9 @@ class Cost:
       fits: memory fits the system's DRAM.
       score: what the search minimises (equals ``total_us`` for time models; heuristic
         models may score differently).
+      layout_us: the part of ``compute_us`` charged for the device ops TTNN runs that no
+        priced op stands for (layout and data movement, estimated from the graph:
+        ``costmodel/ttnn_ops.py``); ``layout_ops``: how many were estimated.
     """
 
     total_us: float
@@ -163,6 +166,8 @@ class Cost:
     memory_per_device_bytes: int = 0
     fits: bool = True
     score: float | None = None
+    layout_us: float = 0.0
+    layout_ops: float = 0.0
 
     def __post_init__(self):
         if self.score is None:

@@ -68,6 +68,7 @@ class Cost(TypedDict, total=False):
     fits: bool
     ccl_per_layer: int  # a model scored from short copies: one repeated layer's collectives
     checked_us: float  # the tt-mlir check's figure for what tt-mlir emits
+    layout_us: float  # the part of compute_us for the estimated unpriced TTNN ops (costmodel/ttnn_ops.py)
 
 
 # The records under a top-level key that the emitters read, with the keys every plan JSON
@@ -354,6 +355,7 @@ def cost_dict(ev: Evaluation) -> dict:
         "total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
         "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
         "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits),
+        "layout_us": _r(ev.cost.layout_us),
     }
 
 

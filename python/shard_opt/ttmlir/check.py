@@ -346,7 +346,7 @@ def skipped(why: str) -> dict:
 
 
 def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = None,
-              cost_model=None) -> dict:
+              cost_model=None, priced_classes: dict | None = None) -> dict:
     """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
     XLA's reductions apart: ``hold_against_xla``)."""
     out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
@@ -380,6 +380,8 @@ def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = 
         out["ttnn_ops_breakdown"] = counts
     if priced_ops is not None:
         out["priced_device_ops"] = priced_ops
+    if priced_classes is not None:
+        out["priced_op_classes"] = dict(priced_classes)
     ttir = verdicts.get("ttir")
     ttnn_diffs = ttnn_vs_ttir(out, shape) if ttir is not None and "ttnn" in out["stages"] else []
     out["matches"] = len(verdicts) == 2 and all(v.ok for v in verdicts.values()) and not ttnn_diffs
@@ -567,11 +569,12 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
     the point_to_point chain TTNN lowers it to), minus ``missing_ccl_us`` for each priced
     collective tt-mlir does not run; ``extra_ops_us`` for the TTNN device ops beyond the
     ones the plan priced, each at the shortest kernel plus the op-to-op gap (the cost
-    model's ``kernel_floor_us`` and ``dispatch_us``, docs/costmodel.md section 2): most of
-    them are layout and data movement (reshape, to_layout, typecast, permute) the
-    compute model has no op for; minus ``load_ccl_us`` for each priced collective TTNN's
-    const-eval runs once at load instead of per step. ``checked_us`` = the plan's
-    ``total_us`` + all four."""
+    model's ``unpriced_op_us``, docs/costmodel.md 2.6): most of them are layout and data
+    movement (reshape, to_layout, typecast, permute) the compute model has no op for;
+    minus ``estimated_ops_us``, the same ops as the plan's cost estimated them from the
+    graph without the check (``costmodel/ttnn_ops.py``: the count read here replaces the
+    estimate); minus ``load_ccl_us`` for each priced collective TTNN's const-eval runs once
+    at load instead of per step. ``checked_us`` = the plan's ``total_us`` + all of them."""
     shape, axes = _plan.mesh_of(plan)
     names = list(axes)
     extra = 0.0
@@ -585,23 +588,33 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
         extra += system.collective_time_us(d.kind, nbytes, axis, tuple(shape), axis_names=tuple(names),
                                            allow_collective_permute=True)
     missing = sum(float(c.get("time_us") or 0.0) for _, c, _ in ttir.missing)
-    ops_us = 0.0
+    ops_us, est_ops, est_us = 0.0, 0.0, 0.0
     priced = summary.get("priced_device_ops")
     if priced is not None and summary.get("ttnn_ops_per_step") is not None:
         # the plan's own cost model's profile and gap (tenstorrent: generic, traced)
-        c = system.compute_profile(getattr(cost_model, "compute_profile", "generic"))
-        dispatch = getattr(cost_model, "dispatch", "traced")
-        per_op = c.kernel_floor_us + c.dispatch_us.get(dispatch, 0.0)
+        if hasattr(cost_model, "unpriced_op_us"):
+            per_op = cost_model.unpriced_op_us(system)
+        else:
+            c = system.compute_profile(getattr(cost_model, "compute_profile", "generic"))
+            per_op = c.kernel_floor_us + c.dispatch_us.get(getattr(cost_model, "dispatch", "traced"), 0.0)
         ttnn_ccl = summary["ttnn_ops_breakdown"]["per_step"]["ccl"]
         beyond = summary["ttnn_ops_per_step"] - ttnn_ccl - priced
         ops_us = max(0, beyond) * per_op
+        classes = summary.get("priced_op_classes")
+        if classes is not None and getattr(cost_model, "charges_layout_ops", lambda: False)():
+            from shard_opt.costmodel.ttnn_ops import estimated_from_counts
+
+            est_ops = estimated_from_counts(classes)
+            est_us = est_ops * per_op
     load = 0.0
     if ttnn is not None:
         cs = ttnn.plan_collectives
         load = sum(float(cs[i].get("time_us") or 0.0) for p in ttnn.pairings if "const-eval" in p.note for i in p.plan)
     total = float(plan["cost"]["total_us"])
     return {"extra_ccl_us": round(extra, 3), "missing_ccl_us": round(missing, 3), "extra_ops_us": round(ops_us, 3),
-            "load_ccl_us": round(load, 3), "checked_us": round(total + extra - missing + ops_us - load, 3)}
+            "estimated_ops": round(est_ops, 1), "estimated_ops_us": round(est_us, 3),
+            "load_ccl_us": round(load, 3),
+            "checked_us": round(total + extra - missing + ops_us - est_us - load, 3)}
 
 
 def line(check: dict, name: str = "plan") -> str:
