@@ -57,8 +57,13 @@ def wrap_composites(module) -> dict[str, int]:
             members = _norm(g, node)
             got = _norm_composite(g, node, members) if members else None
         elif node.name in ("stablehlo.tanh", "chlo.erf"):
-            act = _activation(g, node, {})
-            got = _gelu_composite(g, node, *act) if act else None
+            # the GELU's input: the nearest elementwise ancestor of the core that the whole
+            # formula is computed from (the first candidate that reads as a GELU)
+            for x in _ancestors(g, node):
+                act = _activation(g, node, {}, {x})
+                got = _gelu_composite(g, node, *act) if act else None
+                if got:
+                    break
         if got and not (got[1] & taken):
             taken |= got[1]
             found.append(got)
@@ -209,12 +214,31 @@ def _param_use(g: Graph, p: int, members: set[int]) -> str | None:
     return None
 
 
+def _ancestors(g: Graph, core, depth: int = 8) -> list[int]:
+    """Non-constant values the core is computed from through elementwise ops, nearest first."""
+    from shard_opt.dataflow import ELEMENTWISE_OPS
+
+    out, frontier = [], list(core.operands)
+    for _ in range(depth):
+        nxt = []
+        for v in frontier:
+            if v in out or g.is_constant(v):
+                continue
+            out.append(v)
+            p = g.producer(v)
+            if p is not None and p.name in ELEMENTWISE_OPS:
+                nxt.extend(p.operands)
+        frontier = nxt
+    return out
+
+
 def _gelu_composite(g: Graph, core, members: set[int], x: int):
     members = set(members)
     if not _usable(g, members) or _external(g, members) != [x]:
         return None
     out = _output(g, members)
-    if out is None or g.values[out].shape != g.values[x].shape or g.values[out].dtype != g.values[x].dtype:
+    out = _trim(g, members, out, x) if out is not None else None  # a convert after it is its reader's
+    if out is None or _output(g, members) != out:
         return None
     c = _constants(g, members)
     if core.name == "stablehlo.tanh" and _near(c, 0.5) and _near(c, 0.044715):
