@@ -19,7 +19,14 @@ shard-opt's own propagation and pricing stay on the flat module, as tt-mlir's
 ``FlattenOrConvertCompositesPass`` flattens gelu / layer_norm composites before Shardy
 (rms_norm becomes a custom_call with tt-mlir's rule: batch dims pass through, the
 normalized dims need replication; the flat ops propagate the same unless the norm's
-hidden dim is split). A group holding a sharding constraint, or whose operands' element
+hidden dim is split).
+
+RMSNorm is left flat by default (option ``rms-norm=true`` wraps it): with jax-tt-plugin
+0.1.3, a Llama-3-8B 1-layer 2x4 plan's module with ``tenstorrent.rms_norm`` composites
+fails in tt-mlir ("'ttir.rms_norm' op normalized_shape dimensions must match trailing
+dimensions of input tensor"), and the flat form gains nothing from it: tt-mlir's TTIR
+``RMSNormFusionPattern`` already makes every one a ``ttnn.rms_norm`` (65 of 65 in the full
+Llama-3-8B on 1x8, measured 2026-12-02). A group holding a sharding constraint, or whose operands' element
 types differ from its result's, is left as it is.
 """
 
@@ -40,12 +47,15 @@ class WrapComposites(ModulePass):
     name = "wrap-composites"
     summary = "Wrap decomposed RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites"
 
+    rms_norm: bool = False
+
     def apply(self, ctx: PassContext, module) -> None:
-        wrap_composites(module)
+        wrap_composites(module, rms_norm=self.rms_norm)
 
 
-def wrap_composites(module) -> dict[str, int]:
-    """Wrap the module's norms and GELUs in place; how many of each composite name."""
+def wrap_composites(module, *, rms_norm: bool = False) -> dict[str, int]:
+    """Wrap the module's norms and GELUs in place; how many of each composite name.
+    ``rms_norm``: wrap RMSNorms too (off by default: see the module docstring)."""
     from shard_opt.passes.mark_fusions import _activation, _norm
 
     g = Graph.of(module)
@@ -64,6 +74,9 @@ def wrap_composites(module) -> dict[str, int]:
                 got = _gelu_composite(g, node, *act) if act else None
                 if got:
                     break
+        if got and got[0] == "tenstorrent.rms_norm" and not rms_norm:
+            taken |= got[1]
+            continue
         if got and not (got[1] & taken):
             taken |= got[1]
             found.append(got)

@@ -19,7 +19,7 @@ def _composites(text: str) -> dict[str, str]:
 
 
 def test_the_pass_wraps_rms_norm_gelu_and_layer_norm_as_tt_xla_names_them(run_cli):
-    code, out, err = run_cli(BLOCK, "--pass-pipeline", "wrap-composites")
+    code, out, err = run_cli(BLOCK, "--pass-pipeline", "wrap-composites{rms-norm=true}")
     assert code == 0, err
     got = _composites(out)
     assert set(got) == {"tenstorrent.rms_norm", "tenstorrent.gelu_tanh", "tenstorrent.layer_norm"}
@@ -39,7 +39,8 @@ def test_the_o_module_carries_the_composites_and_tt_mlir_runs_the_fused_ops(run_
     code, _, err = run_cli(BLOCK, "--mesh", "1x8", "--no-check", "-o", o)
     assert code == 0, err
     text = o.read_text()
-    assert set(_composites(text)) == {"tenstorrent.rms_norm", "tenstorrent.gelu_tanh", "tenstorrent.layer_norm"}
+    # RMSNorm stays flat (tt-mlir fuses it itself; its composite fails on some sharded plans)
+    assert set(_composites(text)) == {"tenstorrent.gelu_tanh", "tenstorrent.layer_norm"}
     system = costmodel.get_system(costmodel.default_system_for_mesh((1, 8)))
     (res,) = ttc.compile_all([ttc.Job("block", text, 8)], system, (1, 8))
     assert res.compiled, res.error
