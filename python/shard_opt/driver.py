@@ -29,6 +29,7 @@ from shard_opt.passes.apply_constraints import ApplyConstraints
 from shard_opt.passes.apply_shardings import ApplyShardings
 from shard_opt.passes.shardy_propagate import insert_guards
 from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
+from shard_opt.passes.wrap_composites import wrap_composites
 from shard_opt.explain import (
     Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
 )
@@ -105,6 +106,9 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
         # plan, so XLA, tt-mlir and --evaluate all see the same output gather
         PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
         insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
+        # tt-xla's composites for the norms and GELUs (passes/wrap_composites.py), so tt-mlir
+        # runs them as the fused kernels shard-opt priced
+        wrap_composites(module)
         out.append(ir.print_module(module))
     return out
 

@@ -116,6 +116,7 @@ _BUILTIN_PASSES = {
     "decouple-const-fanout": "shard_opt.passes.decouple_const_fanout:DecoupleConstFanout",
     "unfold-batch-matmul": "shard_opt.passes.unfold_batch_matmul:UnfoldBatchMatmul",
     "mark-fusions": "shard_opt.passes.mark_fusions:MarkFusions",
+    "wrap-composites": "shard_opt.passes.wrap_composites:WrapComposites",
     "shardy-propagate": "shard_opt.passes.shardy_propagate:ShardyPropagate",
     "collect-collectives": "shard_opt.passes.collect_collectives:CollectCollectives",
     "annotate-costs": "shard_opt.passes.annotate_costs:AnnotateCosts",
