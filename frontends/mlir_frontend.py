@@ -171,11 +171,19 @@ def strip_annotations(text: str) -> str:
 
 
 def load_mlir_text(text: str, *, name: str, where: str) -> LoweredModel:
-    """Validate ``text`` (parse, static shapes, find ``@main``) and read its arguments. The text is kept as given."""
+    """Validate ``text`` (parse, static shapes, find ``@main``) and read its arguments. The text is kept as
+    given, but for tt-xla composites shard-opt wrote, which are flattened (``flatten_composites``)."""
     if not text.strip():
         raise UserError(f"{where}: empty input; give a StableHLO module")
     module = ir.parse(text, filename=where)
     check_static_shapes(module, text, where=where)
+    if "tenstorrent." in text and "stablehlo.composite" in text:
+        # a module shard-opt wrote (-o): its tt-xla composites flattened, as tt-mlir flattens
+        # them before propagating, so it is priced as it was when written
+        from shard_opt.passes.wrap_composites import flatten_composites
+
+        if flatten_composites(module):
+            text = ir.print_module(module)
     args = find_repeats(arguments_of(module, where=where))  # layers from repeated signatures
     layers = {a.layer for a in args if a.layer is not None}
     return LoweredModel(name=name, text=text, arguments=args, source="mlir",

@@ -336,3 +336,26 @@ def _constant_producers(g: Graph, members: set[int]) -> list[int]:
         need.add(p)
         stack.extend(g.nodes[p].operands)
     return sorted(need)
+
+
+def flatten_composites(module) -> int:
+    """The inverse, for a module read back (``--evaluate`` of a plan's ``-o``): each
+    ``tenstorrent.*`` composite is replaced by its decomposition's body, as tt-mlir's
+    ``FlattenOrConvertCompositesPass`` does before propagating, so shard-opt prices the flat
+    groups it priced when it wrote them. Returns how many were flattened."""
+    from shard_opt.passes.inline_calls import _inline
+
+    done = 0
+    with module.context:
+        funcs = {f.attributes["sym_name"].value: f for f in module.body.operations
+                 if f.operation.name == "func.func"}
+        for op in ir.ops_in(module.operation, ("stablehlo.composite",)):
+            name = ir.ir().StringAttr(op.attributes["name"]).value
+            callee = funcs.get(ir.ir().FlatSymbolRefAttr(op.attributes["decomposition"]).value)
+            if not name.startswith("tenstorrent.") or callee is None or len(callee.regions[0].blocks) != 1:
+                continue
+            _inline(op, callee)
+            done += 1
+        if done:
+            ir.run_pipeline(module, "builtin.module(symbol-dce)", name="flatten-composites")
+    return done

@@ -1,5 +1,6 @@
 """tt-xla's composites in the module handed to tt-mlir (passes/wrap_composites.py)."""
 
+import json
 import os
 import re
 
@@ -47,3 +48,18 @@ def test_the_o_module_carries_the_composites_and_tt_mlir_runs_the_fused_ops(run_
     ttnn = set(re.findall(r'"ttnn\.([a-z_]+)"', res.irs["ttnn"]))
     assert {"rms_norm", "layer_norm", "gelu"} <= ttnn
     assert "tanh" not in ttnn and "rsqrt" not in ttnn
+
+
+def test_evaluate_of_the_o_module_flattens_the_composites_and_prices_the_plan(run_cli, tmp_path):
+    """The -o module carries composites; read back, they are flattened (as tt-mlir does before
+    propagating), so --evaluate of it prices the plan exactly, collectives and all."""
+    o, p, q = tmp_path / "o.mlir", tmp_path / "p.json", tmp_path / "q.json"
+    code, _, err = run_cli(BLOCK, "--mesh", "2x4", "--no-check", "-o", o, "--plan-json", p)
+    assert code == 0, err
+    assert "stablehlo.composite" in o.read_text()
+    code, _, err = run_cli(o, "--evaluate", "--no-check", "-o", tmp_path / "e.mlir", "--plan-json", q)
+    assert code == 0, err
+    plan, again = json.loads(p.read_text()), json.loads(q.read_text())
+    assert again["cost"]["total_us"] == plan["cost"]["total_us"]
+    assert [(c["kind"], c["axes"], c["shape"]) for c in again["collectives"]] == \
+        [(c["kind"], c["axes"], c["shape"]) for c in plan["collectives"]]
