@@ -612,8 +612,10 @@ if __name__ == "__main__":
 # ---- the unpriced TTNN ops (layout / data movement): costmodel/ttnn_ops.py ------------------
 
 def _layer_facts(collectives: int) -> ModuleFacts:
+    """A layer's worth of ops (four projections, a norm, an add): enough that the estimate is
+    above the table's negative per-module term."""
     ops = [OpWork("dot", 2 * 32 * 4096 * 4096, 32 * 4096 * 2 + 4096 * 4096 * 2, 32 * 4096 * 2, 4096 * 4096 * 2,
-                  "bf16", kind="matmul"),
+                  "bf16", kind="matmul") for _ in range(4)] + [
            OpWork("norm", 4 * 32 * 4096, 32 * 4096 * 2, 32 * 4096 * 2, 0, "bf16", kind="norm"),
            OpWork("add", 32 * 4096, 2 * 32 * 4096 * 2, 32 * 4096 * 2, 0, "bf16")]
     ccls = [Collective("all_reduce", ("model",), (32, 4096), "bf16", (32, 4096), (32, 4096), 32 * 4096 * 2, 4)

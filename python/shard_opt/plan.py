@@ -77,8 +77,8 @@ class Cost(TypedDict, total=False):
 RECORDS: dict[str, tuple[type, tuple[str, ...], bool]] = {  # key -> (record, required keys, a list of them)
     "mesh": (MeshRecord, ("shape", "axes"), False),
     "arguments": (Argument, ("index", "name", "kind", "shape", "dtype", "sharding"), True),
-    "collectives": (Collective, ("kind", "axes", "shape", "dtype", "bytes_per_device", "group_size",
-                                 "component", "layer"), True),
+    # DESIGN.md's minimum plan JSON: a collective without group_size or layer is still a plan
+    "collectives": (Collective, ("kind", "axes", "shape", "dtype", "bytes_per_device", "component"), True),
     "cost": (Cost, ("total_us", "compute_us", "ccl_us", "ccl_count", "ccl_bytes", "memory_per_device_bytes",
                     "fits"), False),
 }
