@@ -285,7 +285,6 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     compiles (the search's own plan unless another one wins, said loudly). The baselines are
     compiled as priced, within the compiler-safety rules (``_held_to_rules``): ``mega`` and
     ``user`` (the loader's spec by role) are the shardings kept within them."""
-    from shard_opt.costmodel.ttnn_ops import class_counts
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
     from shard_opt.ttmlir import reference as xla_reference
@@ -318,8 +317,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
     with timing.phase("check.read"):
         plans = [checkable(model, mesh, fe) for _, fe in finalists]
-        checks = [ttc.summarize(p, c, system, priced_ops=len(fe.facts.ops), cost_model=cm,
-                                priced_classes=class_counts(fe.facts))
+        checks = [ttc.summarize(p, c, system, facts=fe.facts, cost_model=cm)
                   for p, c, (_, fe) in zip(plans, compiled, finalists)]
         # in order of checked cost, each finalist tt-mlir compiled is held against XLA's
         # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~1.7 s here:
@@ -366,8 +364,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     base_checks = {}
     for name, c in zip(base_evals, compiled[len(finalists):]):  # not partitioned by XLA (time)
         chk = ttc.summarize(checkable(model, mesh, base_evals[name]), c, system,
-                            priced_ops=len(base_evals[name].facts.ops), cost_model=cm,
-                            priced_classes=class_counts(base_evals[name].facts))
+                            facts=base_evals[name].facts, cost_model=cm)
         base_checks[name] = {k: chk.get(k) for k in ("compiled", "error", "matches", "checked_us", "extra_ccl_us",
                                                       "missing_ccl_us", "extra_ops_us", "ttnn_ops_per_step",
                                                       "likely_miscompile")}
@@ -725,7 +722,6 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, 
     """The tt-mlir check of an evaluated plan (``--evaluate``): its module alone, compiled by
     tt-mlir and partitioned by XLA, into ``plan["checks"]["tt_mlir"]`` (nothing to choose
     between, so nothing is recommended instead; a likely miscompile is said loudly)."""
-    from shard_opt.costmodel.ttnn_ops import class_counts
     from shard_opt.plan import checkable
     from shard_opt.ttmlir import check as ttc
     from shard_opt.ttmlir import reference as xla_reference
@@ -744,8 +740,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, 
     (compiled,) = ttc.compile_all([ttc.Job("evaluated", annotated, n)], system, tuple(mesh.shape))
     xla = {0: ref.result()}
     checked = checkable(model, mesh, final)
-    chk = ttc.summarize(checked, compiled, system, priced_ops=len(final.facts.ops), cost_model=cm,
-                        priced_classes=class_counts(final.facts))
+    chk = ttc.summarize(checked, compiled, system, facts=final.facts, cost_model=cm)
     if 0 in xla:
         ttc.hold_against_xla(chk, checked, compiled, xla[0], annotated)
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)

@@ -345,10 +345,14 @@ def skipped(why: str) -> dict:
             "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
 
 
-def summarize(plan: dict, result: Compiled, system, *, priced_ops: int | None = None,
-              cost_model=None, priced_classes: dict | None = None) -> dict:
+def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=None) -> dict:
     """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
-    XLA's reductions apart: ``hold_against_xla``)."""
+    XLA's reductions apart: ``hold_against_xla``); ``facts``, the priced module's
+    ``ModuleFacts``, give the priced device ops to hold TTNN's against."""
+    from shard_opt.costmodel.ttnn_ops import class_counts
+
+    priced_ops = len(facts.ops) if facts is not None else None
+    priced_classes = class_counts(facts) if facts is not None else None
     out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
            **({"ir_dir": result.ir_dir} if result.ir_dir else {}),
            "collectives_at_load": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
