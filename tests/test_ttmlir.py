@@ -51,6 +51,10 @@ def test_descriptor_layout_follows_the_schema():
     galaxy = sysdesc.topology_of(costmodel.get_system("wh-galaxy"), (8, 4))
     assert (galaxy.rows, galaxy.cols, galaxy.links) == (8, 4, (4, 3))
     assert len(sysdesc.channels(galaxy)) == 8 * 3 * 3 + 7 * 4 * 4
+    # a mesh smaller than the system (a 1-chip module compiled on a LoudBox) gets the
+    # system's own wiring, not an exception
+    whole = sysdesc.topology_of(system, (1, 1))
+    assert (whole.rows, whole.cols) == tuple(system.default_mesh)
 
 
 def _priced(plan) -> dict:

@@ -108,7 +108,7 @@ def topology_of(system, mesh_shape: tuple[int, ...]) -> Topology:
     """The wiring of ``system`` for ``mesh_shape`` (a preset's own mesh, from costmodel)."""
     shape = tuple(mesh_shape) if len(mesh_shape) == 2 else (1, mesh_shape[0])
     if shape[0] * shape[1] != system.chips:
-        shape = tuple(system.default_mesh())
+        shape = tuple(system.default_mesh)
     axes = system.links_for(shape)
     links = tuple(max(1, getattr(a, "links", 1)) for a in axes) if len(axes) == 2 else (1, axes[0].links)
     per_card = 2 if system.name in ("n300", "wh-loudbox") else 1  # an n300 card holds 2 chips, one on PCIe
