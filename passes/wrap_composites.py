@@ -1,25 +1,37 @@
-"""``wrap-composites``: wrap decomposed norms and GELUs in the composites tt-xla emits.
+"""``wrap-composites``: wrap decomposed attention, norms and GELUs in the composites tt-xla emits.
 
-tt-xla's torch path (``python_package/tt_torch/composite_ops.py``) wraps
-``F.rms_norm``, ``F.layer_norm`` and ``F.gelu`` in ``stablehlo.composite`` ops named
-``tenstorrent.rms_norm`` / ``tenstorrent.layer_norm`` / ``tenstorrent.gelu`` /
-``tenstorrent.gelu_tanh``; tt-mlir's ``LegalizeStableHLOCompositeToTTIR``
+tt-xla's torch path (``python_package/tt_torch/composite_ops.py``, applied by
+``torch.compile(backend="tt")``) wraps ``F.scaled_dot_product_attention``, ``F.rms_norm``,
+``F.layer_norm`` and ``F.gelu`` in ``stablehlo.composite`` ops named
+``tenstorrent.scaled_dot_product_attention`` / ``tenstorrent.rms_norm`` /
+``tenstorrent.layer_norm`` / ``tenstorrent.gelu`` / ``tenstorrent.gelu_tanh``; tt-mlir's
+``LegalizeStableHLOCompositeToTTIR``
 (``lib/Conversion/StableHLOToTTIR/StableHLOLegalizeCompositePass.cpp``) turns them into
-``ttir.rms_norm`` / ``ttir.layer_norm`` / ``ttir.gelu``. torch-mlir decomposes the same
-ops, and tt-mlir then runs the pieces one by one. This pass finds the decomposed groups
-(``mark_fusions._norm`` and ``_activation``, the patterns shard-opt already prices as one
-kernel) and outlines each into a private function ``@tenstorrent.<name>.impl[_k]`` called
-by the composite, with tt-xla's attributes (tt-mlir's own tests,
+``ttir.scaled_dot_product_attention`` / ``ttir.rms_norm`` / ``ttir.layer_norm`` /
+``ttir.gelu``. torch-mlir decomposes the same ops, and tt-mlir then runs the pieces one by
+one. This pass finds the decomposed groups (``mark_fusions``' attention, ``_norm`` and
+``_activation``: the patterns shard-opt already prices as one kernel) and outlines each
+into a private function ``@tenstorrent.<name>.impl[_k]`` called by the composite, with
+tt-xla's attributes (tt-mlir's own tests,
 ``test/ttmlir/Conversion/StableHLOToTTIR/composite/``: ``epsilon`` f32,
-``normalized_shape = dense<N> : tensor<1xi64>``, ``approximate = "tanh"``) and operands
-(input, weight[, bias]).
+``normalized_shape = dense<N> : tensor<1xi64>``, ``approximate = "tanh"``; attention's
+``is_causal`` and ``scale``) and operands (input, weight[, bias]; attention's query, key,
+value[, mask], K and V with their own KV heads: the GQA expansion stays in the body).
 
 It runs on the module handed to tt-mlir (the ``-o`` module: ``driver.annotate_many``).
 shard-opt's own propagation and pricing stay on the flat module, as tt-mlir's
 ``FlattenOrConvertCompositesPass`` flattens gelu / layer_norm composites before Shardy
-(rms_norm becomes a custom_call with tt-mlir's rule: batch dims pass through, the
-normalized dims need replication; the flat ops propagate the same unless the norm's
-hidden dim is split).
+(rms_norm and scaled_dot_product_attention become custom_calls with tt-mlir's rules: batch
+dims -- and attention's heads -- pass through, the normalized dims -- attention's sequence
+and head_dim -- need replication). An attention whose propagated shardings that rule does
+not take (a split sequence, K and V sharded apart: ``_sdpa_misfits``) is left flat, and
+the check says so.
+
+At tt-xla's default ``optimization_level`` 0 tt-mlir's TTNN decomposition turns every
+``ttnn.scaled_dot_product_attention`` back into matmul + softmax + matmul (no op-model
+validation: ``SDPADecompositionPattern.h``); the composite still changes what TTNN runs
+(torch-mlir's f32 casts and its fully-masked-row guard go: Llama-3-8B 1 layer 1x8, 97 -> 89
+TTNN ops per step, measured 2026-12-02).
 
 RMSNorm is left flat by default (option ``rms-norm=true`` wraps it): with jax-tt-plugin
 0.1.3, a Llama-3-8B 1-layer 2x4 plan's module with ``tenstorrent.rms_norm`` composites
@@ -45,22 +57,39 @@ _FLOAT = re.compile(r"dense<\[?\s*([-+0-9.eE]+|true|false)")
 @dataclass(frozen=True)
 class WrapComposites(ModulePass):
     name = "wrap-composites"
-    summary = "Wrap decomposed RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites"
+    summary = "Wrap decomposed attention / RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites"
 
     rms_norm: bool = False
+    sdpa: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
-        wrap_composites(module, rms_norm=self.rms_norm)
+        wrap_composites(module, rms_norm=self.rms_norm, sdpa=self.sdpa)
 
 
-def wrap_composites(module, *, rms_norm: bool = False) -> dict[str, int]:
-    """Wrap the module's norms and GELUs in place; how many of each composite name.
-    ``rms_norm``: wrap RMSNorms too (off by default: see the module docstring)."""
+def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, arguments=None,
+                    left_flat: list | None = None) -> dict[str, int]:
+    """Wrap the module's attentions, norms and GELUs in place; how many of each composite
+    name. ``rms_norm``: wrap RMSNorms too (off by default: see the module docstring);
+    ``sdpa``: wrap attentions (on by default) whose propagated shardings tt-mlir's SDPA
+    rule takes (``_sdpa_fits``; ``arguments``: the frontend's, for the propagation), the
+    others are left flat and, when ``left_flat`` is a list, described in it."""
     from shard_opt.passes.mark_fusions import _activation, _norm
 
     g = Graph.of(module)
     found = []
     taken: set[int] = set()
+    if sdpa:
+        if _unshare_masks(module, g):
+            g = Graph.of(module)
+        for node in g.nodes:
+            got = _sdpa_composite(g, node)
+            if got and not (got[1] & taken):
+                taken |= got[1]
+                found.append(got)
+        misfits = _sdpa_misfits(module, g, found, arguments)
+        if misfits and left_flat is not None:
+            left_flat += [why for why in misfits.values()]
+        found = [f for i, f in enumerate(found) if i not in misfits]
     for node in g.nodes:
         got = None
         if node.name == "stablehlo.rsqrt":
@@ -259,6 +288,341 @@ def _gelu_composite(g: Graph, core, members: set[int], x: int):
     if core.name == "chlo.erf" and _near(c, 0.5) and (_near(c, 0.70710678) or _near(c, 1.41421356)):
         return ("tenstorrent.gelu", members, [x], out, None)
     return None
+
+
+# ---- attention ----------------------------------------------------------------------
+
+_BF16 = "bf16"
+
+
+def _attention_ends(g: Graph, d2):
+    """(scores dot_general, softmax input) of the attention ending at ``d2``, or None."""
+    from shard_opt.passes.mark_fusions import _scores, _softmax_input, _softmax_output
+
+    if d2.name != "stablehlo.dot_general" or len(d2.operands) != 2:
+        return None
+    probs = _softmax_output(g, d2.operands[0])
+    if probs is None:
+        return None
+    exp = g.producer(g.source(g.producer(probs).operands[0]))
+    if exp is None or exp.name != "stablehlo.exponential":
+        return None
+    x = _softmax_input(g, exp)
+    d1 = _scores(g, x)
+    return (d1, x) if d1 is not None else None
+
+
+def _unshare_masks(module, g: Graph) -> int:
+    """Give each attention its own copy of the cast and broadcast of a mask several read
+    (torch-mlir computes the causal mask's f32 broadcast once for every layer), so the
+    composite's body can own them; tt-mlir's CSE merges the copies again. How many
+    masks were copied."""
+    irm = ir.ir()
+    done = 0
+    for d2 in g.nodes:
+        ends = _attention_ends(g, d2)
+        if ends is None:
+            continue
+        add = _mask_add(g, *ends)
+        if add is None:
+            continue
+        node, i = add
+        m = node.operands[i]
+        chain = []
+        while True:
+            p = g.producer(m)
+            if p is None or p.name not in _MASK_CHAIN or len(g.values[p.operands[0]].shape) != len(g.values[m].shape):
+                break
+            chain.append(p)
+            m = p.operands[0]
+        if not chain or all(len(g.values[c.results[0]].users) == 1 for c in chain):
+            continue
+        with module.context, irm.Location.unknown():
+            prev = None
+            for c in reversed(chain):  # from the mask's own tensor to the add
+                copy = c.op.clone(ip=irm.InsertionPoint(node.op))
+                if prev is not None:
+                    copy.operands[0] = prev
+                prev = copy.results[0]
+            node.op.operands[i] = prev
+        done += 1
+    return done
+
+
+_MASK_CHAIN = ("stablehlo.convert", "stablehlo.broadcast_in_dim")
+
+
+def _mask_add(g: Graph, d1, x: int):
+    """(the add node, its mask operand's index) between the scores ``d1`` and ``x``, or None."""
+    from shard_opt.passes.mark_fusions import _leads_to_dot
+
+    for _ in range(16):
+        if x == d1.results[0]:
+            return None
+        p = g.producer(x)
+        if p is None:
+            return None
+        if p.name == "stablehlo.add" and len(p.operands) == 2:
+            i = 1 if _leads_to_dot(g, p.operands[0]) else 0
+            return p, i
+        if p.name == "stablehlo.convert" or (p.name in ("stablehlo.multiply", "stablehlo.divide")
+                                              and _splat_operand(g, p)):
+            x = p.operands[0] if p.name == "stablehlo.convert" else _splat_operand(g, p)[0]
+            continue
+        return None
+    return None
+
+
+def _sdpa_composite(g: Graph, d2):
+    """``tenstorrent.scaled_dot_product_attention`` over one decomposed attention ending at
+    ``d2`` (probabilities x values), as tt-xla's ``composite_scaled_dot_product_attention``
+    writes it: operands (query, key, value[, attn_mask]) in bf16, ``[B, H, Sq, D]`` /
+    ``[B, Hkv, Sk, D]`` / ``[1|B, 1|H, Sq, Sk]``, attributes ``is_causal`` and ``scale``
+    (tt-mlir reads a missing ``is_causal`` as true: it is always written). The body is
+    the flat group: the Q/K/V casts, scale multiplies, K's transpose and the GQA head
+    expansion (reshape, broadcast, reshape) back to the operands, and the output's cast.
+    None when the group is not that (another dtype: tt-xla keeps those flat too)."""
+    ends = _attention_ends(g, d2)
+    if ends is None:
+        return None
+    d1, x = ends
+    post, mask = _score_terms(g, x, d1)
+    if post is None:
+        return None
+    q, q_scale, q_t, q_rep = _operand_chain(g, d1.operands[0])
+    k, k_scale, k_t, k_rep = _operand_chain(g, d1.operands[1])
+    v, v_scale, v_t, v_rep = _operand_chain(g, d2.operands[1])
+    if q_t or v_t or q_rep != 1 or k_rep != v_rep or v_scale != 1.0:
+        return None
+    # scores = Q . K^T over D, per (B, H); out = P . V over Sk
+    lb, rb, lc, rc = g.dot_dims(d1)
+    if (lb, rb, lc, rc) != ([0, 1], [0, 1], [3], [2] if k_t else [3]):
+        return None
+    if g.dot_dims(d2) != ([0, 1], [0, 1], [3], [2]):
+        return None
+    out = d2.results[0]
+    users = g.values[out].users
+    if len(users) == 1 and g.nodes[users[0]].name == "stablehlo.convert":
+        out = g.nodes[users[0]].results[0]
+    qs, ks, vs, os_ = (g.values[x].shape for x in (q, k, v, out))
+    if not (len(qs) == 4 and ks == vs and len(ks) == 4 and os_ == qs and ks[0] == qs[0] and ks[3] == qs[3]
+            and ks[1] * k_rep == qs[1]):
+        return None
+    if any(g.values[x].dtype != _BF16 for x in (q, k, v, out)):
+        return None
+    inputs = [q, k, v]
+    if mask is not None:
+        ms = g.values[mask].shape
+        if (g.values[mask].dtype != _BF16 or len(ms) != 4 or ms[0] not in (1, qs[0]) or ms[1] not in (1, qs[1])
+                or tuple(ms[2:]) != (qs[2], ks[2])):
+            return None
+        inputs.append(mask)
+    members = _between(g, out, inputs)
+    if members is None or not _usable(g, members) or _output(g, members) != out:
+        return None
+    scale = post * q_scale * k_scale
+    attrs = f"{{is_causal = false, scale = {_f32(scale)} : f32}}"
+    return ("tenstorrent.scaled_dot_product_attention", members, inputs, out, attrs)
+
+
+_PROBE = "shard_opt.sdpa_probe"
+
+
+def _sdpa_misfits(module, g: Graph, found: list, arguments=None) -> dict[int, str]:
+    """{index in ``found``: why}: the attentions whose shardings, as shard-opt's propagation
+    gives them, tt-mlir's SDPA composite does not take. tt-mlir turns the composite into a
+    custom_call with its own sharding rule (``RegisterCustomShardingRule.cpp``
+    ``getSDPAShardingRule``: batch and heads pass through, the sequence and head_dim need
+    replication, the mask is in no factor); with jax-tt-plugin 0.1.3 a split sequence fails
+    its verifier ("Attention mask dim 2 must be 1 (broadcast) or match query sequence
+    length"), and so do K and V sharded apart ("Key and value must have the same type") and
+    an output sharded apart from the query ("Query and result must have the same type"). Such an attention is left as torch-mlir wrote it, which tt-mlir compiles to the
+    collectives shard-opt priced. Read off a propagated copy of the module (its operands'
+    producers tagged so the copy's ops can be found)."""
+    if not found or not any(op.operation.name == "sdy.mesh" for op in module.body.operations):
+        return {}
+    from shard_opt.analysis import _per_value_of, arg_shardings
+    from shard_opt.pass_manager import PassContext
+    from shard_opt.passes.shardy_propagate import ShardyPropagate
+
+    irm = ir.ir()
+    tags = {}
+    with module.context:
+        for i, (_, _, inputs, out, _) in enumerate(found):
+            for role, x in zip("qkvmo", [*inputs, out] if len(inputs) == 4 else [*inputs, None, out]):
+                if x is None:
+                    continue
+                p = g.producer(x)
+                if p is None:
+                    tags[(i, role)] = ("arg", g.values[x].arg)
+                    continue
+                k = p.results.index(x)
+                p.op.attributes[_PROBE] = irm.StringAttr.get(f"{p.index}")
+                tags[(i, role)] = ("op", p.index, k)
+        copy = module.operation.clone()
+        for p in {t[1] for t in tags.values() if t[0] == "op"}:
+            del g.nodes[p].op.attributes[_PROBE]
+    ShardyPropagate(explicit_collectives=False, verify=False).apply(PassContext(arguments=arguments), copy)
+    func = ir.main_func(copy)
+    by_tag = {}
+    for op in func.regions[0].blocks[0].operations:
+        if _PROBE in op.attributes:
+            by_tag[int(irm.StringAttr(op.attributes[_PROBE]).value)] = _per_value_of(op.attributes)
+    args = arg_shardings(func)
+    axis = _axis_sizes(copy)
+
+    def split(s, dims) -> bool:
+        return s is not None and any(d < s.rank and any((a.size or axis.get(a.name, 2)) > 1 for a in s.dims[d]) for d in dims)
+
+    out = {}
+    for i in range(len(found)):
+        sh = {}
+        for role in "qkvmo":
+            t = tags.get((i, role))
+            if t is None:
+                continue
+            if t[0] == "arg":
+                sh[role] = args[t[1]] if t[1] is not None and t[1] < len(args) else None
+            else:
+                got = by_tag.get(t[1])
+                sh[role] = got[t[2]] if got and t[2] < len(got) else None
+        if any(split(sh.get(r), (2, 3)) for r in "qkvm"):
+            out[i] = "the plan splits its sequence (or head_dim), which tt-mlir's SDPA composite needs whole"
+        elif getattr(sh.get("k"), "dims", None) != getattr(sh.get("v"), "dims", None):
+            out[i] = "the plan shards its K and V apart, which tt-mlir's SDPA composite refuses"
+        elif getattr(sh.get("q"), "dims", None) != getattr(sh.get("o"), "dims", None):
+            out[i] = "the plan shards its output apart from its query, which tt-mlir's SDPA composite refuses"
+    return out
+
+
+def _axis_sizes(module) -> dict[str, int]:
+    """{axis name: size} of the module's ``sdy.mesh``."""
+    for op in module.body.operations:
+        if op.operation.name == "sdy.mesh":
+            return {m.group(1): int(m.group(2)) for m in re.finditer(r'"(\w+)"=(\d+)', str(op.operation))}
+    return {}
+
+
+def _splat_operand(g: Graph, node) -> tuple[int, float] | None:
+    """(the other operand, the scalar) of a binary op with one splat-constant operand."""
+    if len(node.operands) != 2:
+        return None
+    for i in (0, 1):
+        c, other = node.operands[i], node.operands[1 - i]
+        if g.is_constant(c) and not g.is_constant(other):
+            s = _splat(g, c)
+            if s is not None and (node.name != "stablehlo.divide" or i == 1):
+                return other, s
+    return None
+
+
+def _score_terms(g: Graph, x: int, d1) -> tuple[float | None, int | None]:
+    """(scale, mask) between the scores ``d1`` and the softmax input ``x``: the constant
+    factors (a multiply, or a divide by the constant) and the one additive mask, traced
+    back through casts and broadcasts to its own tensor. (None, None) for anything else."""
+    scale, mask = 1.0, None
+    for _ in range(16):
+        if x == d1.results[0]:
+            return scale, mask
+        p = g.producer(x)
+        if p is None:
+            return None, None
+        if p.name == "stablehlo.convert":
+            x = p.operands[0]
+        elif p.name in ("stablehlo.multiply", "stablehlo.divide") and _splat_operand(g, p):
+            x, s = _splat_operand(g, p)
+            scale = scale * s if p.name == "stablehlo.multiply" else scale / s
+        elif p.name == "stablehlo.add" and mask is None and len(p.operands) == 2:
+            from shard_opt.passes.mark_fusions import _leads_to_dot
+
+            a, b = p.operands
+            x, m = (a, b) if _leads_to_dot(g, a) else (b, a)
+            mask = _mask_source(g, m)
+            if mask is None:
+                return None, None
+        else:
+            return None, None
+    return None, None
+
+
+def _mask_source(g: Graph, m: int) -> int | None:
+    """The mask's own tensor behind casts and broadcasts (rank kept)."""
+    for _ in range(8):
+        p = g.producer(m)
+        if p is None or p.name not in _MASK_CHAIN:
+            return m
+        if len(g.values[p.operands[0]].shape) != len(g.values[m].shape):
+            return m
+        m = p.operands[0]
+    return m
+
+
+def _operand_chain(g: Graph, v: int) -> tuple[int, float, bool, int]:
+    """(operand, scale, transposed, head repeat) behind a matmul operand of attention: the
+    single-use casts, constant scale factors, last-two-dims transposes and GQA head
+    expansions (reshape [B,Hkv,S,D] -> [B,Hkv,1,S,D], broadcast to n, reshape to
+    [B,Hkv*n,S,D]) peeled off, up to a value that has other readers or another producer."""
+    scale, transposed, rep = 1.0, False, 1
+    for _ in range(32):
+        p = g.producer(v)
+        if p is None or len(g.values[v].users) != 1:
+            break
+        if p.name == "stablehlo.convert":
+            nxt = p.operands[0]
+        elif p.name in ("stablehlo.multiply", "stablehlo.divide") and _splat_operand(g, p):
+            nxt, s = _splat_operand(g, p)
+            scale = scale * s if p.name == "stablehlo.multiply" else scale / s
+        elif p.name == "stablehlo.transpose" and g.ints(p, "permutation") == [0, 1, 3, 2]:
+            nxt, transposed = p.operands[0], not transposed
+        elif p.name == "stablehlo.broadcast_in_dim" and g.values[p.operands[0]].shape == g.values[v].shape:
+            nxt = p.operands[0]
+        elif p.name == "stablehlo.reshape":
+            got = _head_expansion(g, p)
+            if got is None:
+                break
+            nxt, n = got
+            rep *= n
+        else:
+            break
+        v = nxt
+    return v, scale, transposed, rep
+
+
+def _head_expansion(g: Graph, r2) -> tuple[int, int] | None:
+    """(the Hkv-head tensor, n) of repeat_kv's reshape -> broadcast -> reshape ending at ``r2``."""
+    b = g.producer(r2.operands[0])
+    if b is None or b.name != "stablehlo.broadcast_in_dim" or len(g.values[r2.operands[0]].users) != 1:
+        return None
+    r1 = g.producer(b.operands[0])
+    if r1 is None or r1.name != "stablehlo.reshape" or len(g.values[b.operands[0]].users) != 1:
+        return None
+    src, one, big, out = (g.values[x].shape for x in (r1.operands[0], r1.results[0], b.results[0], r2.results[0]))
+    if len(src) != 4 or len(out) != 4 or len(big) != 5 or g.ints(b, "broadcast_dimensions") != [0, 1, 2, 3, 4]:
+        return None
+    B, H, S, D = src
+    n = big[2]
+    if one != (B, H, 1, S, D) or big != (B, H, n, S, D) or out != (B, H * n, S, D):
+        return None
+    return r1.operands[0], n
+
+
+def _between(g: Graph, out: int, inputs: list[int]) -> set[int] | None:
+    """The ops ``out`` is computed by from ``inputs`` and constants, or None when it reads
+    another value (an argument, or an op outside)."""
+    members: set[int] = set()
+    stack = [out]
+    while stack:
+        v = stack.pop()
+        if v in inputs or g.is_constant(v):
+            continue
+        p = g.values[v].producer
+        if p is None:
+            return None
+        if p in members:
+            continue
+        members.add(p)
+        stack.extend(g.nodes[p].operands)
+    return members
 
 
 def _f32(v: float) -> str:

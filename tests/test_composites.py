@@ -63,3 +63,76 @@ def test_evaluate_of_the_o_module_flattens_the_composites_and_prices_the_plan(ru
     assert again["cost"]["total_us"] == plan["cost"]["total_us"]
     assert [(c["kind"], c["axes"], c["shape"]) for c in again["collectives"]] == \
         [(c["kind"], c["axes"], c["shape"]) for c in plan["collectives"]]
+
+
+GQA = os.path.join(ROOT, "tests", "fixtures", "scripts", "gqa_llama.py")
+_SDPA = re.compile(r'stablehlo\.composite "tenstorrent\.scaled_dot_product_attention" [^{]*'
+                   r'\{composite_attributes = (\{[^}]*\}), decomposition = @[\w.]+\} : \(([^)]*)\)')
+
+
+def _wrapped(model) -> str:
+    from shard_opt import ir
+    from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
+    from shard_opt.passes.wrap_composites import wrap_composites
+
+    module = ir.parse(model.text)
+    unfold_batch_matmul(module)
+    wrap_composites(module)
+    return ir.print_module(module)
+
+
+def test_attention_is_wrapped_as_tt_xla_writes_its_sdpa_composite():
+    """Every layer's decomposed attention becomes one tenstorrent.scaled_dot_product_attention
+    with tt-xla's operands (q, k, v, mask; K and V with their 8 KV heads, the GQA expansion
+    in the body) and attributes (is_causal written: tt-mlir reads a missing one as true)."""
+    from shard_opt import frontends
+
+    model = frontends.load(GQA, layers=2)
+    text = _wrapped(model)
+    got = _SDPA.findall(text)
+    assert len(got) == 2, text[:2000]
+    for attrs, types in got:
+        assert attrs == "{is_causal = false, scale = 0.353553355 : f32}"  # 1/sqrt(head_dim 8)
+        assert [t.strip() for t in types.split(",")] == [
+            "tensor<1x32x128x8xbf16>", "tensor<1x8x128x8xbf16>", "tensor<1x8x128x8xbf16>", "tensor<1x1x128x128xbf16>"]
+    main = text.split("func.func private")[0]
+    assert "stablehlo.exponential" not in main
+
+
+def test_the_sdpa_composite_computes_what_the_flat_attention_does():
+    """XLA runs a composite by its decomposition: the wrapped module gives the flat one's
+    numbers (the same ops, moved into the body), so the body is the attention."""
+    import numpy as np
+
+    from shard_opt import frontends, ir
+
+    model = frontends.load(GQA, layers=2)
+    wrapped = _wrapped(model)
+    assert wrapped.count('"tenstorrent.scaled_dot_product_attention"') == 2
+    rng = np.random.default_rng(0)
+    args = [rng.integers(0, 1024, a.shape).astype(np.int64) if a.kind == "input"
+            else (rng.standard_normal(a.shape) * 0.5).astype(np.float32) for a in model.arguments]
+    import ml_dtypes
+
+    args = [a if a.dtype == np.int64 else a.astype(ml_dtypes.bfloat16) for a in args]
+    before = ir.xla_execute(ir.xla_compile(model.text, 1, shardy=False), args)
+    after = ir.xla_execute(ir.xla_compile(wrapped, 1, shardy=False), args)
+    for (_, x), (_, y) in zip((o[0] for o in before), (o[0] for o in after)):
+        x, y = np.asarray(x, dtype=np.float32), np.asarray(y, dtype=np.float32)
+        assert np.isfinite(x).all() and x.std() > 0
+        np.testing.assert_allclose(y, x, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not USABLE, reason=f"tt-mlir check unavailable: {WHY}")
+def test_tt_mlir_takes_each_attention_as_one_sdpa_and_runs_the_priced_collectives(run_cli, tmp_path):
+    p = tmp_path / "p.json"
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--check", "--plan-json", p, "-o", tmp_path / "o.mlir")
+    assert code == 0, err
+    check = json.loads(p.read_text())["checks"]["tt_mlir"]
+    assert check["compiled"] and check["matches"], check["differences"]
+    kernels = check["kernels"]
+    # TTIR runs one scaled_dot_product_attention per layer; at optimization_level 0 TTNN
+    # decomposes each (tt-mlir SDPADecompositionPattern without op-model validation)
+    assert kernels["ttir"]["scaled_dot_product_attention"] == 2
+    assert kernels["priced"]["sdpa"] == 2
+    assert kernels["ttnn"].get("scaled_dot_product_attention", 0) == 0 and kernels["ttnn"]["softmax"] == 2

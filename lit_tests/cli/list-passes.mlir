@@ -15,7 +15,7 @@
 // CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, RoPE, activations, linear)
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
 // CHECK-NEXT: {{^  }}unfold-batch-matmul {{ +}}One dot_general per batched matmul, every batch dim kept (undo torch-mlir's reshape folding)
-// CHECK-NEXT: {{^  }}wrap-composites {{ +}}Wrap decomposed RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites
+// CHECK-NEXT: {{^  }}wrap-composites {{ +}}Wrap decomposed attention / RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites
 // CHECK-NOT: {{.}}
 
 // --list-systems: the hardware presets, with their meshes.

@@ -84,16 +84,19 @@ def resolve_system(mesh: Mesh, name: str | None):
 
 
 def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding],
-             constraints: dict | None = None, allow: frozenset = frozenset()) -> str:
+             constraints: dict | None = None, allow: frozenset = frozenset(), sdpa: bool = True) -> str:
     """The model's module with ``mesh``, the argument ``shardings`` and the ``constraints``
-    written in, and shardy-propagate's guards: the ``-o`` module."""
-    return annotate_many(model, mesh, [(shardings, constraints)], allow)[0]
+    written in, and shardy-propagate's guards: the ``-o`` module (``sdpa``: attention in
+    tt-xla's SDPA composite where tt-mlir's rule takes it; False: every attention flat)."""
+    return annotate_many(model, mesh, [(shardings, constraints)], allow, sdpa=sdpa)[0]
 
 
 def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict | None]],
-                  allow: frozenset = frozenset()) -> list[str]:
+                  allow: frozenset = frozenset(), left_flat: list | None = None, sdpa: bool = True) -> list[str]:
     """``annotate`` for several plans of one model, parsing its module once (a full-size
-    model's text takes a second to parse; the tt-mlir check annotates five plans)."""
+    model's text takes a second to parse; the tt-mlir check annotates five plans).
+    ``left_flat``, a list: gets, per plan, the attentions left out of tt-xla's SDPA
+    composite and why (``wrap_composites``)."""
     base = ir.parse(model.text, filename=model.name)
     # batched matmuls on every batch dim, as the evaluator priced them (evaluate.prepare) and
     # as torch_xla writes them: the module handed over is the module priced
@@ -108,7 +111,10 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
         insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
         # tt-xla's composites for the norms and GELUs (passes/wrap_composites.py), so tt-mlir
         # runs them as the fused kernels shard-opt priced
-        wrap_composites(module)
+        flat: list[str] = []
+        wrap_composites(module, arguments=model.arguments, left_flat=flat, sdpa=sdpa)
+        if left_flat is not None:
+            left_flat.append(flat)
         out.append(ir.print_module(module))
     return out
 
@@ -231,7 +237,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         plan = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
                        Found(groups, assignment, score, result, seconds, fallback, final),
                        Rules(judged, removed, removed_options), Baselines(baselines, user, mega))
-        annotated = annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow)
+        annotated = annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow,
+                             sdpa=checked.sdpa if checked is not None else True)
         outcome = Outcome(plan, annotated, final.text, model)
     if checked is not None:
         checked.attach(outcome.plan)
@@ -259,6 +266,7 @@ class Checked:
     finalists: list[dict] = field(default_factory=list)
     baselines: dict = field(default_factory=dict)
     note: str | None = None
+    sdpa: bool = True  # the recommended plan compiles with attention in tt-xla's SDPA composite
 
     def attach(self, plan: Plan) -> None:
         check = dict(self.plan_check)
@@ -304,8 +312,10 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         if shardings is not None:
             base_evals[name] = evaluator.run(shardings, keep_ir=False)
     names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
-    texts = annotate_many(model, mesh, [(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
-                          + [(ev.shardings, None) for ev in base_evals.values()], evaluator.allow)
+    left_flat: list[list[str]] = []
+    specs = ([(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
+             + [(ev.shardings, None) for ev in base_evals.values()])
+    texts = annotate_many(model, mesh, specs, evaluator.allow, left_flat)
     jobs = [ttc.Job(name, text, n) for name, text in zip(names, texts)]
     if progress:
         stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
@@ -315,10 +325,11 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         # says why): the reductions it makes are what tt-mlir's must include
         xla = {0: xla_reference.start(texts[0], n)}
         compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
+        flat = _without_sdpa(model, mesh, system, specs, evaluator.allow, names, texts, compiled, left_flat)
     with timing.phase("check.read"):
         plans = [checkable(model, mesh, fe) for _, fe in finalists]
-        checks = [ttc.summarize(p, c, system, facts=fe.facts, cost_model=cm)
-                  for p, c, (_, fe) in zip(plans, compiled, finalists)]
+        checks = [ttc.summarize(p, c, system, facts=fe.facts, cost_model=cm, left_flat=flat)
+                  for p, c, (_, fe), flat in zip(plans, compiled, finalists, left_flat)]
         # in order of checked cost, each finalist tt-mlir compiled is held against XLA's
         # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~1.7 s here:
         # the others, costlier, are not partitioned)
@@ -372,7 +383,30 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
         base_checks[name]["differences"] = chk["differences"]
     a, fe = finalists[best]
     checks[best]["check_seconds"] = round(time.perf_counter() - t0, 3)  # the whole check: compiles, reading
-    return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note)
+    return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note, sdpa=best not in flat)
+
+
+def _without_sdpa(model, mesh, system, specs, allow, names, texts, compiled, left_flat) -> set[int]:
+    """Compile again, with every attention flat, the plans tt-mlir refused for an SDPA
+    composite (``wrap_composites`` leaves out the attentions whose shardings shard-opt's
+    propagation shows tt-mlir's SDPA rule cannot take; tt-mlir's own propagation through the
+    composite can still give its query and result apart: bert-large 1L 1x8's best plan,
+    "Query and result must have the same type"). Replaces their ``texts``, ``compiled`` and
+    ``left_flat`` entries in place; the indices redone."""
+    from shard_opt.ttmlir import check as ttc
+
+    redo = [k for k, c in enumerate(compiled) if not c.compiled and "scaled_dot_product_attention" in (c.error or "")]
+    if not redo:
+        return set()
+    flat_texts = annotate_many(model, mesh, [specs[k] for k in redo], allow, sdpa=False)
+    n = math.prod(mesh.shape)
+    again = ttc.compile_all([ttc.Job(names[k], t, n) for k, t in zip(redo, flat_texts)], system, tuple(mesh.shape))
+    for k, t, c in zip(redo, flat_texts, again):
+        count = texts[k].count('"tenstorrent.scaled_dot_product_attention"')
+        error = " ".join((compiled[k].error or "").split(";")[0].split())
+        left_flat[k] = [f"tt-mlir refused the composite for this plan ({error})"] * count
+        texts[k], compiled[k] = t, c
+    return set(redo)
 
 
 def _finalists(model, groups, assignment, final, result, evaluator) -> list[tuple]:

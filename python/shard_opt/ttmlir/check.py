@@ -339,16 +339,60 @@ def ttnn_op_counts(text: str) -> dict[str, dict[str, int]]:
     return out
 
 
+# The fused kernels held side by side (``checks.tt_mlir.kernels``): tt-mlir's op name in TTIR
+# and TTNN -> the fused group shard-opt prices it as (passes/mark_fusions.py).
+KERNELS = {"scaled_dot_product_attention": "sdpa", "scaled_dot_product_attention_decode": "sdpa",
+           "rms_norm": "norm", "layer_norm": "norm", "softmax": "softmax"}
+_FUSED_OP = re.compile(r'"(ttir|ttnn)\.(' + "|".join(sorted(KERNELS, key=len, reverse=True)) + r')"\s*\(')
+
+# Why TTNN's attention is not TTIR's: at optimization_level 0 (tt-xla's default, and the level
+# the offline check compiles at) tt-mlir's TTNNDecomposition rewrites every
+# ttnn.scaled_dot_product_attention into transpose + matmul + scale + mask + softmax + matmul;
+# only with the optimizer on (level >= 1, an op model of the device) does it keep the ones the
+# op model validates (tt-mlir lib/Dialect/TTNN/Transforms/Decomposition/
+# SDPADecompositionPattern.h: "When validationConfig is std::nullopt, decomposition is
+# unconditional"; TTNNPipelines.cpp passes it only when optimizerPassEnabled).
+SDPA_AT_LEVEL_0 = ("TTNN runs each of TTIR's {n} scaled_dot_product_attention as matmul + softmax + matmul: at "
+                   "optimization_level 0 tt-mlir decomposes every one (SDPADecompositionPattern, no op-model "
+                   "validation); shard-opt prices the fused SDPA kernel that optimization_level >= 1 keeps")
+
+
+# An attention wrap_composites left flat: what tt-mlir compiled, and what tt-xla's
+# torch.compile path would hand it instead (tt_torch/backend/backend.py applies the composites
+# unless the option tt_enable_composite_ops is False).
+SDPA_LEFT_FLAT = ("{n} attention{s} compiled flat (torch-mlir's decomposition), not as tt-xla's SDPA composite: {why}; "
+                  "tt-xla's torch.compile(backend=\"tt\") wraps F.scaled_dot_product_attention unless its option "
+                  "tt_enable_composite_ops is False")
+
+
+def fused_kernels(text: str) -> dict[str, int]:
+    """{tt-mlir op name: count} of the fused kernels (``KERNELS``) a TTIR or TTNN module runs per step
+    (const-eval functions left out)."""
+    spans = vir.function_spans(text)
+    starts = [s for s, _, _ in spans]
+    import bisect
+
+    out: dict[str, int] = {}
+    for m in _FUSED_OP.finditer(text):
+        k = bisect.bisect_right(starts, m.start()) - 1
+        if k >= 0 and spans[k][2]:
+            continue
+        out[m.group(2)] = out.get(m.group(2), 0) + 1
+    return out
+
+
 def skipped(why: str) -> dict:
     """``checks.tt_mlir`` of a run whose check could not start (no plugin, another build)."""
     return {"compiled": False, "skipped": True, "error": why, "matches": False, "stages": {},
             "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
 
 
-def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=None) -> dict:
+def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=None,
+              left_flat: list[str] | None = None) -> dict:
     """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
     XLA's reductions apart: ``hold_against_xla``); ``facts``, the priced module's
-    ``ModuleFacts``, give the priced device ops to hold TTNN's against."""
+    ``ModuleFacts``, give the priced device ops to hold TTNN's against; ``left_flat``, why
+    attentions of the compiled module were left out of tt-xla's SDPA composite."""
     from shard_opt.costmodel.ttnn_ops import class_counts
 
     priced_ops = len(facts.ops) if facts is not None else None
@@ -382,6 +426,17 @@ def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=No
         out["ttnn_ops_per_step"] = sum(counts["per_step"].values())
         out["ttnn_ops_at_load"] = sum(counts["at_load"].values())
         out["ttnn_ops_breakdown"] = counts
+    out["kernels"] = {"priced": _priced_kernels(facts) if facts is not None else None,
+                      **{st: fused_kernels(result.irs[st]) for st in ("ttir", "ttnn") if st in result.irs}}
+    n_sdpa = out["kernels"].get("ttir", {}).get("scaled_dot_product_attention", 0)
+    notes = []
+    if n_sdpa and not out["kernels"].get("ttnn", {}).get("scaled_dot_product_attention"):
+        notes.append(SDPA_AT_LEVEL_0.format(n=n_sdpa))
+    for why in sorted(set(left_flat or ())):
+        n = sum(1 for w in left_flat if w == why)
+        notes.append(SDPA_LEFT_FLAT.format(n=n, s="s" if n > 1 else "", why=why))
+    if notes:
+        out["kernel_notes"] = notes
     if priced_ops is not None:
         out["priced_device_ops"] = priced_ops
     if priced_classes is not None:
@@ -392,6 +447,15 @@ def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=No
     out["differences"] += differences(verdicts) + ttnn_diffs
     if ttir is not None:
         out.update(checked_cost(plan, ttir, out, system, cost_model, ttnn=verdicts.get("ttnn")))
+    return out
+
+
+def _priced_kernels(facts) -> dict[str, int]:
+    """{fused group: count} of the priced module's fused kernels (the groups ``KERNELS`` names)."""
+    out: dict[str, int] = {}
+    for op in facts.ops:
+        if op.kind in set(KERNELS.values()):
+            out[op.kind] = out.get(op.kind, 0) + 1
     return out
 
 
