@@ -136,3 +136,23 @@ def test_tt_mlir_takes_each_attention_as_one_sdpa_and_runs_the_priced_collective
     assert kernels["ttir"]["scaled_dot_product_attention"] == 2
     assert kernels["priced"]["sdpa"] == 2
     assert kernels["ttnn"].get("scaled_dot_product_attention", 0) == 0 and kernels["ttnn"]["softmax"] == 2
+
+
+@pytest.mark.skipif(not USABLE, reason=f"tt-mlir check unavailable: {WHY}")
+def test_a_plan_tt_mlir_refuses_for_its_sdpa_composite_is_compiled_again_with_attention_flat(run_cli, tmp_path):
+    """bert-large's best 1-layer 1x8 plan propagates in shard-opt with query and output
+    sharded alike, but tt-mlir's propagation through its SDPA custom_call parts them ("Query
+    and result must have the same type"): the check compiles it with attention flat, which
+    tt-mlir takes, instead of recommending another finalist; the -o module is the one compiled."""
+    p, o = tmp_path / "p.json", tmp_path / "o.mlir"
+    code, _, err = run_cli("zoo:bert-large", "--layers", "1", "--mesh", "1x8", "--check", "--plan-json", p, "-o", o)
+    assert code == 0, err
+    assert "is not recommended" not in err
+    plan = json.loads(p.read_text())
+    check = plan["checks"]["tt_mlir"]
+    assert check["compiled"] and check["matches"], check["differences"]
+    assert all(f["compiled"] for f in check["finalists"][:2]), check["finalists"]
+    assert any("tt-mlir refused the composite" in n for n in check["kernel_notes"])
+    assert "scaled_dot_product_attention" not in check["kernels"]["ttir"]
+    assert '"tenstorrent.scaled_dot_product_attention"' not in o.read_text()
+    assert '"tenstorrent.layer_norm"' in o.read_text()
