@@ -58,14 +58,20 @@ def test_replicating_the_row_parallel_weight_costs_memory_and_says_why(line):
     assert "+1 all_slice" in rep["reason"] and "MiB" in rep["reason"]
 
 
-def test_the_line_plan_holds_under_every_perturbation(line):
+def test_the_line_plan_holds_under_2x_errors_and_says_which_profile_flips_it(line):
+    """The 1x8 plan (fc2's partial sums reduce-scattered, its bias added on an eighth, then
+    gathered) leads the plain all_reduce by about 1 us: it wins whether the collectives or
+    the compute are off by 2x either way, and loses to the all_reduce under the tuned CCL
+    profile, which the robustness record says (holds false, by how much)."""
     rob = line["robustness"]
     labels = [c["perturbation"] for c in rob["checks"]]
     assert labels[:4] == ["ccl x0.5", "ccl x2", "compute x0.5", "compute x2"]
     assert any(lbl.startswith("ccl profile") for lbl in labels)
-    assert rob["holds"] and all(c["winner"] == "plan" for c in rob["checks"])
     # a real lead over a different plan, not a tie with a copy of itself
-    assert all(c["margin"] > 0 and c["runner_up"] != "plan" for c in rob["checks"])
+    assert all(c["winner"] == "plan" and c["margin"] > 0 and c["runner_up"] != "plan" for c in rob["checks"][:4])
+    lost = [c for c in rob["checks"] if c["winner"] != "plan"]
+    assert rob["holds"] == (not lost)
+    assert all(c["perturbation"].startswith("ccl profile") and c["plan_behind"] > 0 for c in lost)
 
 
 def test_a_check_the_plan_loses_says_by_how_much():

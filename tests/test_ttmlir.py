@@ -69,8 +69,9 @@ def _priced(plan) -> dict:
 
 @needs_plugin
 @pytest.mark.parametrize("mesh, kinds", [
-    # column -> row, one all_reduce (the RS + AG pair lost once each collective's layout ops are priced)
-    ("1x8", {"all_reduce"}),
+    # column -> row, the partial sums reduce-scattered and gathered (a tie with one all_reduce
+    # within the layout-op estimate; what tt-mlir emits for it is priced 6 us lower)
+    ("1x8", {"all_gather", "reduce_scatter"}),
     ("2x4", {"all_gather", "reduce_scatter"}),
 ])
 def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, kinds):
