@@ -844,18 +844,23 @@ def _verify_ir(argv: list[str]) -> int:
     import json
 
     from shard_opt.emit.verify_ir import format_result, verify_ir
+    from shard_opt.plan import Plan, PlanSchemaError
 
     plan_path, dump_path = argv
     try:
-        plan = json.loads(_read_text(plan_path, what="plan"))
+        data = json.loads(_read_text(plan_path, what="plan"))
     except json.JSONDecodeError as e:
         raise UserError(f"{plan_path}:{e.lineno}: not valid JSON; pass the file written by --plan-json") from None
-    if isinstance(plan, dict) and plan.get("pipeline"):
+    if isinstance(data, dict) and data.get("pipeline"):
         raise UserError(f"{plan_path}: a pipeline plan; verify-ir checks one model: save the model's entry of "
-                        f"\"pipeline\" as its own file and pass that")
-    if not isinstance(plan, dict) or not {"mesh", "collectives"} <= plan.keys():
+                        f"\"pipeline\", with the pipeline's \"schema_version\", as its own file and pass that")
+    if not isinstance(data, dict) or not {"mesh", "collectives"} <= data.keys():
         raise UserError(f"{plan_path}: not a shard-opt plan (no mesh and collectives); pass the file written by "
                         f"--plan-json")
+    try:
+        plan = Plan.from_json(data, where=plan_path)
+    except PlanSchemaError as e:
+        raise UserError(str(e)) from None
     result = verify_ir(plan, _read_text(dump_path, what="dump"))
     sys.stdout.write(format_result(result) + "\n")
     return 0 if getattr(result, "ok", getattr(result, "match", False)) else 1
