@@ -47,7 +47,7 @@ def test_real_plans_round_trip(real, name):
 
 def test_fields_are_typed_values(real):
     p = Plan.from_json(real["mlp@2x4"])
-    assert p.mesh == {"shape": [2, 4], "axes": ["batch", "model"]}
+    assert p.mesh == plan_mod.MeshRecord(shape=[2, 4], axes=["batch", "model"])
     assert p.cost["ccl_count"] == len(p.collectives)
     assert p.safety and p.robustness and p.guards is not None
     assert p["cost"] is p.cost and p.get("kv_layout") is None and "kv_layout" not in p
