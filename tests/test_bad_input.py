@@ -92,7 +92,10 @@ CUSTOM_CALL = MATMUL.replace(
     "    return %1 : tensor<64x256xf32>")
 
 SCRIPT_OK_INPUTS = "import torch\ndef load_inputs():\n    return (torch.zeros(8, 16),)\n"
-PLAN = {"model": "m", "mesh": {"shape": [1, 2], "axes": ["batch", "model"]}, "arguments": [], "collectives": []}
+PLAN = {"schema_version": 1, "model": "m", "mesh": {"shape": [1, 2], "axes": ["batch", "model"]},
+        "system": "wh-loudbox", "arguments": [], "collectives": [],
+        "cost": {"total_us": 1.0, "compute_us": 1.0, "ccl_us": 0.0, "ccl_count": 0, "ccl_bytes": 0,
+                 "memory_per_device_bytes": 0, "fits": True}, "baselines": {}, "search": {}}
 
 
 class Case:
@@ -240,6 +243,10 @@ CASES = {
     "verify-ir-pipeline-plan": Case(verify_ir({"pipeline": [PLAN, PLAN], "mesh": PLAN["mesh"]}),
                                     "pipeline plan", "one model", outputs=False),
     "verify-ir-missing-dump": Case(verify_ir(PLAN, dump="/nonexistent-dump.mlir"), "cannot read dump", outputs=False),
+    "verify-ir-plan-old-schema": Case(verify_ir({k: v for k, v in PLAN.items() if k != "schema_version"}),
+                                      "plan.json: plan JSON has no schema_version", "--plan-json", outputs=False),
+    "verify-ir-plan-bad-record": Case(verify_ir({**PLAN, "cost": {**PLAN["cost"], "fits": "yes"}}),
+                                      "plan.json: plan JSON cost.fits is \"yes\", not bool (Cost)", outputs=False),
     "verify-ir-one-argument": Case(args("verify-ir", MLP), "usage: shard-opt verify-ir", outputs=False),
 }
 

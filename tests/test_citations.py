@@ -122,11 +122,11 @@ def test_two_all_reduces_under_a_component_holding_both_pairs(_load):
         return s.replace(".self_attn.", ".block.").replace(".mlp.", ".block.")
 
     for a in p["arguments"]:
-        a["name"] = rename(a["name"])
+        a.name = rename(a["name"])
     for g in p["groups"]:
         g["role"] = rename(g["role"])
     for c in p["collectives"]:
-        c["component"] = rename(c["component"] + ".")[:-1]
+        c.component = rename(c["component"] + ".")[:-1]
     for pr in p["baselines"]["megatron"]["pairs"]:
         pr["column"], pr["row"] = [rename(r) for r in pr["column"]], [rename(r) for r in pr["row"]]
     p.architecture = None

@@ -670,7 +670,11 @@ def test_checked_cost_replaces_the_estimate_with_the_ttnn_count():
     facts = _layer_facts(2)
     cost = cm.price(facts, system)
     classes = ttnn_ops.class_counts(facts)
-    plan = {"mesh": {"shape": [2, 4], "axes": ["batch", "model"]}, "cost": {"total_us": cost.total_us}}
+    from shard_opt.plan import Cost, MeshRecord, Plan
+
+    plan = Plan(model="m", mesh=MeshRecord(shape=[2, 4], axes=["batch", "model"]),
+                cost=Cost(total_us=cost.total_us, compute_us=None, ccl_us=None, ccl_count=0, ccl_bytes=0,
+                          memory_per_device_bytes=0, fits=True))
     ttir = SimpleNamespace(extra=[], missing=[])
     per_op = cm.unpriced_op_us(system)
     for beyond in (0, 40):

@@ -37,6 +37,7 @@ from conftest import EXAMPLES, ROOT
 from shard_opt.emit import _plan
 from shard_opt.emit.report import megatron_pairs, render_report
 from shard_opt.emit.torch_script import emit_torch
+from shard_opt.plan import Plan
 
 LLAMA = os.path.join(EXAMPLES, "llama_load.py")
 BLOCK = os.path.join(EXAMPLES, "transformer_block.mlir")
@@ -334,8 +335,9 @@ def test_the_run_writes_every_deliverable(d):
     assert plan["model"] == "llama_load" and plan["source"] == "pytorch"
     assert plan["mesh"] == {"shape": [2, 4], "axes": ["batch", "model"]} and plan["system"] == "wh-loudbox"
     assert {"replicated", "megatron", "one-axis-heuristic"} <= set(plan["baselines"])
-    assert plan["cost"]["ccl_count"] == sum(_plan.multiplicity(c) for c in plan["collectives"])
-    assert plan["cost"]["ccl_bytes"] == sum(c["bytes_per_device"] * _plan.multiplicity(c) for c in plan["collectives"])
+    typed = Plan.from_json(plan)
+    assert plan["cost"]["ccl_count"] == sum(_plan.multiplicity(c) for c in typed.collectives)
+    assert plan["cost"]["ccl_bytes"] == sum(c.bytes_per_device * _plan.multiplicity(c) for c in typed.collectives)
 
 
 # ---------------------------------------------------------------------------------
@@ -417,7 +419,7 @@ def test_megatron_plan_on_this_script_is_column_then_row(d):
         assert specs[f"model.layers.*.{leaf}.weight"] == (None, "model"), leaf
     for leaf in REPLICATED_KV:
         assert f"model.layers.*.{leaf}.weight" not in specs, leaf
-    pairs = {p["block"]: p for p in megatron_pairs(variant)}
+    pairs = {p["block"]: p for p in megatron_pairs(Plan.from_json(variant))}
     assert pairs["model.layers.*.self_attn"]["column"] == ["q_proj"]
     assert pairs["model.layers.*.self_attn"]["row"] == ["o_proj"]
     assert pairs["model.layers.*.mlp"] == {"block": "model.layers.*.mlp", "axis": "model",
@@ -549,7 +551,7 @@ def test_report_follows_the_playbook_template(d):
     for comp in ["model.embed_tokens", "model.layers.*.self_attn", "model.layers.*.mlp", "lm_head"]:
         assert f"| `{comp}` |" in arch
     assert "| `model.layers.*.self_attn` | LlamaAttention | 0, 1 |" in arch
-    pairs = megatron_pairs(plan)
+    pairs = megatron_pairs(Plan.from_json(plan))
     assert ("Megatron column→row pairs" in arch) == bool(pairs)
     assert ("No Megatron column→row pair in this plan." in arch) == (not pairs)
     strategy = _section(report, "## 3. Recommended strategy (summary)")
@@ -642,7 +644,7 @@ def test_block_report_marks_the_megatron_pairs_and_every_collective(d):
     Megatron pairs are marked, each collective is listed once with where it comes from."""
     plan, report = _plan_and_report(d, "block")
     assert plan["cost"]["ccl_count"] > 0 and plan["cost"]["ccl_bytes"] > 0
-    pairs = megatron_pairs(plan)
+    pairs = megatron_pairs(Plan.from_json(plan))
     assert pairs, "the block's plan has no Megatron pair"
     arch = _section(report, "## 2. Architecture")
     for pr in pairs:
@@ -654,7 +656,7 @@ def test_block_report_marks_the_megatron_pairs_and_every_collective(d):
     appendix = _section(report, "## Appendix A. Every collective, in program order")
     rows = [ln for ln in appendix.splitlines() if ln.startswith("| #")]
     assert len(rows) == len(plan["collectives"])
-    for row, c in zip(rows, _plan.collectives(plan)):
+    for row, c in zip(rows, _plan.collectives(Plan.from_json(plan))):
         assert row.startswith(f"| #{c['op_index']} | {c['kind']} |")
     lit = d.block.read("T.mlir")
     assert len(re.findall(r"^// CHECK: sdy\.", lit, re.M)) == len(plan["collectives"])

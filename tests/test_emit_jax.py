@@ -35,8 +35,8 @@ def test_code_builds_named_shardings_on_eight_cpu_devices(tmp_path):
     path = tmp_path / "plan.py"
     path.write_text(emit_jax(_plan()) + (
         "\nprint(len(IN_SHARDINGS), IN_SHARDINGS[ARG_NAMES.index('lm_head.weight')].spec, "
-        "len(OUT_SHARDINGS))\n"))
+        "OUT_SHARDINGS)\n"))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split() == ["22", "P('model',", "None)", "1"]
+    assert r.stdout.split() == ["22", "P('model',", "None)", "None"]  # the plan records no result shardings

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from shard_opt.emit.lit_test import collective_checks, emit_lit_test
-from shard_opt.plan import Plan, PlanSchemaError
+from shard_opt.plan import Collective, Plan, PlanSchemaError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,7 @@ def _annotated_and_evaluated():
     """The MLP with Megatron shardings, and what `--evaluate` prints for it (via the passes)."""
     from shard_opt import ir
     from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
-    from shard_opt.plan import collective_entry
+    from shard_opt.plan import Collective, Cost, MeshRecord, collective_entry
     from shard_opt.sharding import Mesh, TensorSharding
 
     m = ir.parse(MLP)
@@ -37,13 +37,12 @@ def _annotated_and_evaluated():
     PassManager(parse_pipeline("add-mesh, apply-shardings"), ctx).run(m)
     annotated = ir.print_module(m)
     PassManager(parse_pipeline("shardy-propagate, collect-collectives"), ctx).run(m)
-    # the records as the plan JSON writes them (plan.RECORDS: from_json refuses one lacking a key)
-    cost = {"total_us": 30.5, "compute_us": 20.0, "ccl_us": 10.5, "ccl_count": len(ctx.facts.collectives),
-            "ccl_bytes": sum(c.bytes_per_device for c in ctx.facts.collectives), "memory_per_device_bytes": 0,
-            "fits": True}
-    plan = Plan(model="mlp", mesh={"shape": [2, 4], "axes": ["batch", "model"]}, cost=cost,
+    cost = Cost(total_us=30.5, compute_us=20.0, ccl_us=10.5, ccl_count=len(ctx.facts.collectives),
+                ccl_bytes=sum(c.bytes_per_device for c in ctx.facts.collectives), memory_per_device_bytes=0,
+                fits=True)
+    plan = Plan(model="mlp", mesh=MeshRecord(shape=[2, 4], axes=["batch", "model"]), cost=cost,
                 system="wh-loudbox", arguments=[], baselines={}, search={},
-                collectives=[{**collective_entry(c, {}), "op_index": c.op_index} for c in ctx.facts.collectives])
+                collectives=[Collective(**collective_entry(c, {}), op_index=c.op_index) for c in ctx.facts.collectives])
     return annotated, ir.print_module(m), plan
 
 
@@ -102,14 +101,15 @@ def test_an_extra_collective_fails(mlp, tmp_path):
 
 
 def test_brackets_filecheck_would_read_are_literal():
-    lines = collective_checks({"kind": "all_reduce", "axes": ["x[[0]]"], "shape": [4], "dtype": "f32"})
+    lines = collective_checks(Collective(kind="all_reduce", axes=["x[[0]]"], shape=[4], dtype="f32",
+                                         bytes_per_device=16, component="(model inputs)"))
     assert '// CHECK-SAME{LITERAL}: "x[[0]]"' in lines
     assert "// CHECK-SAME: : tensor<4xf32>" in lines
 
 
 def test_representative_block_plans_are_refused(mlp):
     annotated, _, plan = mlp
-    p = dataclasses.replace(plan, collectives=[dict(plan.collectives[0], count=32)])
+    p = dataclasses.replace(plan, collectives=[dataclasses.replace(plan.collectives[0], count=32)])
     with pytest.raises(ValueError):
         emit_lit_test(annotated, p, run_args="")
 

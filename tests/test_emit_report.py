@@ -5,6 +5,7 @@ once a session: ``real_plan(name)`` returns a fresh ``Plan``); a test that needs
 the run does not have edits a copy, and says so."""
 
 import copy
+import dataclasses
 import math
 import os
 import re
@@ -14,7 +15,7 @@ import pytest
 from shard_opt import rules, safety
 from shard_opt.emit import _plan, citations
 from shard_opt.emit.report import megatron_pairs, render_report, write_ccl_chart
-from shard_opt.plan import PipelinePlan, Plan, PlanSchemaError
+from shard_opt.plan import Collective, MeshRecord, PipelinePlan, Plan, PlanSchemaError
 
 SECTIONS = ["## 1. Model & target", "## 2. Architecture", "## 3. Recommended strategy (summary)",
             "## 4. Per-component design", "## 5. CCL budget", "## 6. Bottlenecks & compiler limitations",
@@ -55,7 +56,7 @@ def test_budget_total_equals_the_plans_cost(plan):
 
 
 def test_budget_flags_a_plan_whose_totals_disagree(plan):
-    plan["cost"]["ccl_count"] += 1
+    plan.cost.ccl_count += 1
     assert "the plan JSON is inconsistent" in render_report(plan, png_path=None)
 
 
@@ -67,7 +68,7 @@ def test_representative_block_counts_are_multiplied(plan):
     p.collectives = [c for c in p.collectives if c["layer"] != 1]
     for c in p.collectives:
         if c["layer"] == 0:
-            c["count"] = 2
+            c.count = 2
     budget = _section(render_report(p, png_path=None), "## 5. CCL budget")
     assert f"**{plan['cost']['ccl_count']}**" in budget and f"**{plan['cost']['ccl_bytes']}**" in budget
 
@@ -98,7 +99,7 @@ def test_jax_kernels_are_in_out(plan):
     p.baselines["megatron"].pop("arguments")
     for a in p.arguments:
         if len(a["shape"]) == 2 and any(a["sharding"]):
-            a["sharding"] = list(reversed(a["sharding"]))
+            a.sharding = list(reversed(a.sharding))
     pairs = {p_["block"]: p_ for p_ in megatron_pairs(p)}
     assert pairs["model.layers.*.mlp"]["column"] == ["gate_proj", "up_proj"]
 
@@ -139,15 +140,15 @@ def test_memory_fallback_is_loud(plan):
 
 def test_compiler_limitations_hit(plan):
     p = copy.deepcopy(plan)  # a Galaxy mesh and two collectives the run does not have, added
-    p.mesh = {"shape": [1, 32], "axes": ["batch", "model"]}
-    p.collectives.append({"kind": "collective_permute", "axes": ["model"], "shape": [2, 128, 4096],
-                             "dtype": "bf16", "bytes_per_device": 1048576, "component": "model.embed_tokens",
-                             "layer": None, "time_us": 50.0, "op_index": 150, "loc": "", "producer": "x",
-                             "reason": "devices along model swap shards"})
-    p.collectives.append({"kind": "reduce_scatter", "axes": ["model"], "shape": [2, 128, 4096],
-                             "dtype": "bf16", "bytes_per_device": 1048576, "component": "model.norm",
-                             "layer": None, "time_us": 50.0, "op_index": 151, "loc": "", "producer": "x",
-                             "reason": "partial sums"})
+    p.mesh = MeshRecord(shape=[1, 32], axes=["batch", "model"])
+    p.collectives.append(Collective(kind="collective_permute", axes=["model"], shape=[2, 128, 4096],
+                                    dtype="bf16", bytes_per_device=1048576, component="model.embed_tokens",
+                                    layer=None, time_us=50.0, op_index=150, loc="", producer="x",
+                                    reason="devices along model swap shards"))
+    p.collectives.append(Collective(kind="reduce_scatter", axes=["model"], shape=[2, 128, 4096],
+                                    dtype="bf16", bytes_per_device=1048576, component="model.norm",
+                                    layer=None, time_us=50.0, op_index=151, loc="", producer="x",
+                                    reason="partial sums"))
     lim = _section(render_report(p, png_path=None), "## 6. Bottlenecks & compiler limitations")
     assert "collective_permute is not lowered" in lim
     assert "1x32 Galaxy mesh hangs" in lim
@@ -158,7 +159,7 @@ def test_compiler_limitations_hit(plan):
 
 
 def test_unsupported_mesh_is_flagged(plan):
-    plan.mesh = {"shape": [3, 3], "axes": ["batch", "model"]}
+    plan.mesh = MeshRecord(shape=[3, 3], axes=["batch", "model"])
     text = render_report(plan, png_path=None)
     assert "**not accepted** by tt-mlir" in text and "is not one tt-mlir accepts" in text
 
@@ -207,9 +208,9 @@ def test_a_row_layer_before_its_column_layer_is_no_pair(plan):
     p = copy.deepcopy(plan)
     for a in p.arguments:
         if a["name"].endswith(("k_proj.weight", "v_proj.weight")):
-            a["sharding"] = [[], ["model"]]
+            a.sharding = [[], ["model"]]
         if a["name"].endswith(("q_proj.weight", "o_proj.weight")):
-            a["sharding"] = [["model"], []] if a["name"].endswith("o_proj.weight") else [[], []]
+            a.sharding = [["model"], []] if a["name"].endswith("o_proj.weight") else [[], []]
     assert "model.layers.*.self_attn" not in {pr["block"] for pr in megatron_pairs(p)}
 
 
@@ -243,7 +244,7 @@ def test_pairs_in_a_model_without_repeated_layers(plan):
     """A single block (``self_attn.q_proj.weight``, no layer index): the pair's block is the
     module holding the projections."""
     p = copy.deepcopy(plan)
-    p.arguments = [dict(a, name=a["name"].replace("model.layers.0.", "")) for a in p.arguments
+    p.arguments = [dataclasses.replace(a, name=a.name.replace("model.layers.0.", "")) for a in p.arguments
                    if ".layers.1." not in a["name"]]
     p.baselines["megatron"].pop("pairs")  # derived from the shardings, as for a plan without them
     pairs = {pr["block"]: pr for pr in megatron_pairs(p)}
@@ -399,7 +400,7 @@ def test_a_lookup_table_is_not_row_parallel(real_plan):
     row-parallel matmul weight."""
     p = real_plan("llama8b")
     emb = next(a for a in p.arguments if a["name"] == "model.embed_tokens.weight")
-    emb["sharding"] = [[], ["model"]]
+    emb.sharding = [[], ["model"]]
     per = _section(render_report(p, png_path=None), "## 4. Per-component design")
     row = next(ln for ln in per.splitlines() if ln.startswith("  | `model.embed_tokens.weight`"))
     assert "(lookup table split on the embedding dim)" in row and "row-parallel" not in row
@@ -416,13 +417,13 @@ def test_a_convolution_is_not_a_matmul(real_plan):
     conv = next(ln for ln in per.splitlines() if ln.startswith("  | `resnet.conv1.weight`"))
     assert "(split on output channels)" in conv and "parallel" not in conv
     q = copy.deepcopy(p)  # a conv split on its input channels: Shardy's all_reduce, as it writes one
-    q.collectives.append({"kind": "all_reduce", "axes": ["model"], "shape": [1, 512, 64, 64], "dtype": "bf16",
-                          "bytes_per_device": 4194304, "group_size": 8, "component": "resnet.conv2", "layer": None,
-                          "time_us": 10.0, "op_index": 999, "loc": "", "producer": "stablehlo.convolution",
-                          "reason": "stablehlo.convolution leaves partial sums over model; the consumer needs the "
-                                    "full sum"})
-    q.cost["ccl_count"] += 1
-    q.cost["ccl_bytes"] += 4194304
+    q.collectives.append(Collective(kind="all_reduce", axes=["model"], shape=[1, 512, 64, 64], dtype="bf16",
+                                    bytes_per_device=4194304, group_size=8, component="resnet.conv2", layer=None,
+                                    time_us=10.0, op_index=999, loc="", producer="stablehlo.convolution",
+                                    reason="stablehlo.convolution leaves partial sums over model; the consumer "
+                                           "needs the full sum"))
+    q.cost.ccl_count += 1
+    q.cost.ccl_bytes += 4194304
     text = render_report(q, png_path=None)
     assert "A convolution split on its input channels leaves partial sums" in text
     assert "A row-parallel matmul leaves partial sums" not in text

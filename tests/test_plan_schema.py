@@ -28,8 +28,8 @@ def real(tmp_path_factory):
         path = d / f"{name}.json"
         assert main([*argv, "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"]) == 0
         out[name] = json.loads(path.read_text())
-    assert main([str(d / "mlp@2x4.mlir"), "--evaluate", "--plan-json", str(d / "eval.json"), "--quiet"]) == 0
-    out["evaluate"] = json.loads((d / "eval.json").read_text())
+    assert main([str(d / "mlp@2x4.mlir"), "--evaluate", "--plan-json", str(d / "evaluate.json"), "--quiet"]) == 0
+    out["evaluate"] = json.loads((d / "evaluate.json").read_text())
     out["_dir"] = d
     return out
 
@@ -45,9 +45,42 @@ def test_real_plans_round_trip(real, name):
     assert type(p).from_json(json.loads(dumps(p))) == p
 
 
+@pytest.mark.parametrize("name", ["mlp@2x4", "block@1x8", "pipeline@2x4", "evaluate"])
+def test_records_are_dataclasses_written_back_byte_for_byte(real, name):
+    """The records under a plan (mesh, arguments, collectives, cost) are read into their
+    dataclasses and written back as the run wrote them: the same text, each record's keys
+    in the same order, a key the run left out (``storage``, ``cause``, ``checked_us``)
+    still left out."""
+    text = (real["_dir"] / f"{name}.json").read_text()
+    p = plan_from_json(json.loads(text), where=name)
+    assert dumps(p) == text
+    for sub, data in zip(p.pipeline if isinstance(p, PipelinePlan) else [p], real[name].get("pipeline") or [real[name]]):
+        assert isinstance(sub.mesh, plan_mod.MeshRecord) and isinstance(sub.cost, plan_mod.Cost)
+        assert all(isinstance(a, plan_mod.Argument) for a in sub.arguments)
+        assert all(isinstance(c, plan_mod.Collective) for c in sub.collectives)
+        for record, written in [(sub.mesh, data["mesh"]), (sub.cost, data["cost"]),
+                                *zip(sub.arguments, data["arguments"]), *zip(sub.collectives, data["collectives"])]:
+            assert list(record.to_json()) == list(written), type(record).__name__
+
+
+def test_a_plan_built_by_a_run_round_trips():
+    """``build_plan``'s value (in-process, not read from a file) -> to_json -> from_json ->
+    to_json: the same JSON, and an equal value."""
+    from shard_opt.driver import Options, optimize
+    from shard_opt.frontends import load
+    from shard_opt.sharding import Mesh
+
+    model = load(MLP)
+    built = optimize(model, Options(meshes=[Mesh.parse("1x8")], check=False, progress=False)).plan
+    data = built.to_json()
+    again = Plan.from_json(json.loads(json.dumps(data)))
+    assert again == built and again.to_json() == data
+
+
 def test_fields_are_typed_values(real):
     p = Plan.from_json(real["mlp@2x4"])
-    assert p.mesh == {"shape": [2, 4], "axes": ["batch", "model"]}
+    assert p.mesh == plan_mod.MeshRecord(shape=[2, 4], axes=["batch", "model"])
+    assert p.cost.ccl_count == len(p.collectives) and p.collectives[0].kind and p.arguments[0].name
     assert p.cost["ccl_count"] == len(p.collectives)
     assert p.safety and p.robustness and p.guards is not None
     assert p["cost"] is p.cost and p.get("kv_layout") is None and "kv_layout" not in p
@@ -111,6 +144,9 @@ def test_the_schema_lists_every_key_the_driver_writes():
     (lambda d: d["cost"].update(fits=1), "plan JSON cost.fits is 1, not bool (Cost)"),
     (lambda d: d["mesh"].pop("axes"), "plan JSON mesh lacks 'axes' (MeshRecord;"),
     (lambda d: d["mesh"].update(axes=["batch", 4]), "plan JSON mesh.axes is [\"batch\", 4], not list[str] (MeshRecord)"),
+    (lambda d: d["collectives"][0].update(bytes=512),
+     "plan JSON collectives[0] has unknown key(s) 'bytes' (Collective, schema_version 1)"),
+    (lambda d: d["arguments"][0].update(index="0"), "plan JSON arguments[0].index is \"0\", not int (Argument)"),
 ])
 def test_a_bad_record_is_one_clear_line(real, edit, words):
     """A record the emitters read (an argument, a collective, the cost, the mesh) of the

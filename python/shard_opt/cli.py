@@ -553,8 +553,8 @@ def _optimize_all(models, opts, ns):
     for shape in shapes:
         o = opts if shape is None else _with_meshes(opts, [shape])
         outs = [optimize(m, o) for m in models]
-        slowest = max(outs, key=lambda x: x.plan.cost["total_us"] or float("inf"))
-        trials.append((slowest.plan.cost["total_us"] or float("inf"), shape, outs, slowest))
+        slowest = max(outs, key=lambda x: x.plan.cost.total_us or float("inf"))
+        trials.append((slowest.plan.cost.total_us or float("inf"), shape, outs, slowest))
     best = min(trials, key=lambda t: t[0])
     _, shape, outs, slowest = best
     for o in outs:
@@ -598,7 +598,7 @@ def _note_nothing_to_split(plan, parallelism) -> None:
     """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
     is replicated by necessity, not because splits lost. Say so in the plan and on stderr."""
     meshes = plan.meshes or [plan.mesh]
-    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m["axes"], m["shape"]) if n > 1})
+    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m.axes, m.shape) if n > 1})
     if plan.groups or not sizes:
         return
     note = (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
@@ -673,7 +673,7 @@ def _verify_numerics(outcomes) -> list:
     failed = []
     for o in outcomes:
         n = 1
-        for s in o.plan.mesh["shape"]:
+        for s in o.plan.mesh.shape:
             n *= s
         res = verify.verify_numerics(o.annotated_text, num_devices=n)
         o.plan.numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err,
@@ -804,35 +804,35 @@ def _write_all(files: dict) -> None:
         raise UserError(f"cannot write {current}: {e.strerror}; choose a writable path") from None
 
 
-def _as_written(b: dict, c: dict) -> str:
+def _as_written(b: dict, c) -> str:
     """`` (within the rules; 1.65x as written, breaks vocab-gather)`` for a baseline priced
     under the compiler-safety rules it breaks as written (the driver's ``_held_to_rules``)."""
     if not b.get("breaks"):
         return ""
     t = (b.get("as_written") or {}).get("total_us")
-    written = f"{t / c['total_us']:.2f}x as written" if t else "unpriceable as written"
+    written = f"{t / c.total_us:.2f}x as written" if t else "unpriceable as written"
     return f" (within the rules; {written}, breaks {', '.join(b['breaks'])})"
 
 
-def summary_line(plan: dict) -> str:
-    c = plan["cost"]
+def summary_line(plan) -> str:
+    c = plan.cost
     kinds: dict[str, int] = {}
-    for col in plan["collectives"]:
-        kinds[col["kind"]] = kinds.get(col["kind"], 0) + 1
+    for col in plan.collectives:
+        kinds[col.kind] = kinds.get(col.kind, 0) + 1
     ccls = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
-    mesh = "x".join(map(str, plan["mesh"]["shape"]))
-    line = (f"shard-opt: {plan['model']} on {mesh} ({plan['system']}): {plan['strategy']}; "
-            f"{c['total_us']} us modeled, CCLs: {ccls}")
-    base = plan.get("baselines") or {}
-    ratios = [f"{k} {b['total_us'] / c['total_us']:.2f}x" + _as_written(b, c) for k, b in base.items()
-              if b.get("total_us") and c.get("total_us")]
+    mesh = "x".join(map(str, plan.mesh.shape))
+    line = (f"shard-opt: {plan.model} on {mesh} ({plan.system}): {plan.strategy}; "
+            f"{c.total_us} us modeled, CCLs: {ccls}")
+    base = plan.baselines or {}
+    ratios = [f"{k} {b['total_us'] / c.total_us:.2f}x" + _as_written(b, c) for k, b in base.items()
+              if b.get("total_us") and c.total_us]
     if ratios:
         line += "; speed-up vs " + ", ".join(ratios)
-    checked = [f"{k} {b['checked_us'] / c['checked_us']:.2f}x" for k, b in base.items()
-               if b.get("checked_us") and c.get("checked_us")]
+    checked = [f"{k} {b['checked_us'] / c.checked_us:.2f}x" for k, b in base.items()
+               if b.get("checked_us") and c.checked_us]
     if checked:  # both priced from what tt-mlir emits (the tt-mlir check)
         line += "; checked vs " + ", ".join(checked)
-    s = plan.get("search") or {}
+    s = plan.search or {}
     if s.get("candidates_evaluated", 0) > 1:
         line += f"; {s['candidates_evaluated']} candidates in {s['seconds']:.1f} s"
     return line
@@ -844,18 +844,23 @@ def _verify_ir(argv: list[str]) -> int:
     import json
 
     from shard_opt.emit.verify_ir import format_result, verify_ir
+    from shard_opt.plan import Plan, PlanSchemaError
 
     plan_path, dump_path = argv
     try:
-        plan = json.loads(_read_text(plan_path, what="plan"))
+        data = json.loads(_read_text(plan_path, what="plan"))
     except json.JSONDecodeError as e:
         raise UserError(f"{plan_path}:{e.lineno}: not valid JSON; pass the file written by --plan-json") from None
-    if isinstance(plan, dict) and plan.get("pipeline"):
+    if isinstance(data, dict) and data.get("pipeline"):
         raise UserError(f"{plan_path}: a pipeline plan; verify-ir checks one model: save the model's entry of "
-                        f"\"pipeline\" as its own file and pass that")
-    if not isinstance(plan, dict) or not {"mesh", "collectives"} <= plan.keys():
+                        f"\"pipeline\", with the pipeline's \"schema_version\", as its own file and pass that")
+    if not isinstance(data, dict) or not {"mesh", "collectives"} <= data.keys():
         raise UserError(f"{plan_path}: not a shard-opt plan (no mesh and collectives); pass the file written by "
                         f"--plan-json")
+    try:
+        plan = Plan.from_json(data, where=plan_path)
+    except PlanSchemaError as e:
+        raise UserError(str(e)) from None
     result = verify_ir(plan, _read_text(dump_path, what="dump"))
     sys.stdout.write(format_result(result) + "\n")
     return 0 if getattr(result, "ok", getattr(result, "match", False)) else 1

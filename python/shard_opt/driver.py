@@ -274,7 +274,7 @@ class Checked:
             check["finalists"] = self.finalists
         plan.checks = {**(plan.checks or {}), "tt_mlir": check}
         if "checked_us" in check:
-            plan.cost["checked_us"] = check["checked_us"]
+            plan.cost.checked_us = check["checked_us"]
         for name, b in self.baselines.items():
             if name in plan.baselines:
                 plan.baselines[name]["tt_mlir"] = b
@@ -720,7 +720,7 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     note_refusal(plan, model, mesh)
     if user is not None:
         plan.strategy = f"the {user.source}'s shard spec ({user.where})"
-        plan.baselines = {"loader-spec": {**plan.cost, "source": user.source, "where": user.where,
+        plan.baselines = {"loader-spec": {**plan.cost.to_json(), "source": user.source, "where": user.where,
                                              "mesh": user.mesh, "unmatched": user.unmatched,
                                              "not_dividing": user.not_dividing}}
         if user.activations:
@@ -780,7 +780,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, 
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)
     plan.checks = {**(plan.checks or {}), "tt_mlir": chk}
     if "checked_us" in chk:
-        plan.cost["checked_us"] = chk["checked_us"]
+        plan.cost.checked_us = chk["checked_us"]
     if chk.get("likely_miscompile"):
         plan.note(
             "tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings ("

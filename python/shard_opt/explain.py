@@ -111,7 +111,7 @@ def explain(setting: Setting, found: Found, rules: Rules, baselines: Baselines) 
     _note_weights(plan, opts.weights, model)
     per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
     if per_layer is not None:
-        plan.cost["ccl_per_layer"], plan.layer_collectives = per_layer, layer
+        plan.cost.ccl_per_layer, plan.layer_collectives = per_layer, layer
     if baselines.user is not None:
         plan.loader_comparison = _loader_comparison(groups, assignment, scorer, baselines.user)
     inf: dict[str, int] = {}

@@ -4,10 +4,12 @@
 emitter reads (the report, the torch script, the lit test, verify-ir, the JAX code);
 ``Plan.to_json()`` is the plan JSON ``--plan-json`` writes, ``Plan.from_json()`` reads it
 back (and refuses a plan of another ``SCHEMA_VERSION`` with one line). Its fields are the
-plan JSON's top-level keys; the records under them (an argument, a collective, the cost,
-a baseline, a safety row ...) stay JSON-shaped (``Argument``, ``Collective``, ``Cost``
-say their keys), as the plan JSON writes them; ``from_json`` checks the ones the emitters
-read (``RECORDS``) key by key. A pipeline's plan is a ``PipelinePlan``.
+plan JSON's top-level keys. The records the emitters read under them are dataclasses too
+(``Record``: ``MeshRecord`` for ``mesh`` and ``meshes``, ``Argument``, ``Collective``,
+``Cost``; ``RECORDS``), their fields the JSON's keys: ``from_json`` builds them, checking
+each one's keys and types, and ``to_json`` writes them back as they were written. The
+other records (a baseline, a group, a safety row ...) stay JSON objects. A pipeline's plan
+is a ``PipelinePlan``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, ClassVar
 
 from shard_opt.evaluate import Evaluation, Score
 from shard_opt.lowered import LoweredModel
@@ -26,39 +28,92 @@ from shard_opt.sharding import Mesh, TensorSharding
 SCHEMA_VERSION = 1  # the plan JSON's layout; a reader refuses any other (Plan.from_json)
 
 
-class MeshRecord(TypedDict):
+@dataclass(kw_only=True)
+class Record:
+    """A record under the plan (``MeshRecord``, ``Argument``, ``Collective``, ``Cost``): its
+    fields are its JSON keys, in the order the plan JSON writes them. ``to_json`` writes a
+    field without a default always, one of ``WRITTEN`` always (null when None), any other
+    only when it is set. ``record[key]`` / ``record.get(key)`` / ``key in record`` read a
+    field by its JSON key, as a dict of the JSON would (for scripts and tests written
+    against the JSON; shard-opt's own code reads the attributes)."""
+
+    WRITTEN: ClassVar[tuple[str, ...]] = ()  # optional fields every run writes, null or not
+
+    def to_json(self) -> dict:
+        """The record as the plan JSON writes it (a copy)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if self._written(f):
+                out[f.name] = _copy(getattr(self, f.name))
+        return out
+
+    def _written(self, f: dataclasses.Field) -> bool:
+        return (getattr(self, f.name) is not None or f.name in self.WRITTEN
+                or f.default is dataclasses.MISSING)
+
+    @classmethod
+    def required(cls) -> tuple[str, ...]:
+        """The keys every plan JSON writes in this record (the fields without a default)."""
+        return tuple(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING)
+
+    def __getitem__(self, key: str):
+        f = _RECORD_FIELDS[type(self)].get(key)
+        if f is None or not self._written(f):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: str) -> bool:
+        f = _RECORD_FIELDS[type(self)].get(key)
+        return f is not None and self._written(f)
+
+
+@dataclass(kw_only=True)
+class MeshRecord(Record):
     shape: list[int]
     axes: list[str]
 
 
-class Argument(TypedDict, total=False):
+@dataclass(kw_only=True)
+class Argument(Record):
     index: int
     name: str
     kind: str  # param, buffer, input, cache
     shape: list[int]
     dtype: str
     sharding: list[list[str]]  # per dim, the mesh axes it is split on ([] = replicated)
-    storage: str  # stored on device as a block float
+    storage: str | None = None  # stored on device as a block float
 
 
-class Collective(TypedDict, total=False):
+@dataclass(kw_only=True)
+class Collective(Record):
     kind: str  # all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, all_slice
     axes: list[str]
     shape: list[int]
     dtype: str
     bytes_per_device: int
-    group_size: int
+    # DESIGN.md's minimum plan JSON: a collective without group_size or layer is still a plan
+    group_size: int | None = None
     component: str
-    layer: int | None
-    time_us: float | None
-    op_index: int
-    loc: str | None
-    producer: str | None
-    reason: str | None
-    cause: str
+    layer: int | None = None
+    time_us: float | None = None
+    op_index: int | None = None
+    loc: str | None = None
+    producer: str | None = None
+    reason: str | None = None
+    cause: str | None = None
+    count: int | None = None  # listed once for N runs (shard-opt lists each run; the emitters multiply)
+
+    WRITTEN = ("group_size", "layer", "time_us", "op_index", "loc", "producer", "reason")
 
 
-class Cost(TypedDict, total=False):
+@dataclass(kw_only=True)
+class Cost(Record):
     total_us: float | None
     compute_us: float | None
     ccl_us: float | None
@@ -66,22 +121,24 @@ class Cost(TypedDict, total=False):
     ccl_bytes: int
     memory_per_device_bytes: int
     fits: bool
-    ccl_per_layer: int  # a model scored from short copies: one repeated layer's collectives
-    checked_us: float  # the tt-mlir check's figure for what tt-mlir emits
-    layout_us: float  # the part of compute_us for the estimated unpriced TTNN ops (costmodel/ttnn_ops.py)
+    layout_us: float | None = None  # the part of compute_us for the estimated unpriced TTNN ops (costmodel/ttnn_ops.py)
+    ccl_per_layer: int | None = None  # a model scored from short copies: one repeated layer's collectives
+    checked_us: float | None = None  # the tt-mlir check's figure for what tt-mlir emits
+
+    WRITTEN = ("layout_us",)
 
 
-# The records under a top-level key that the emitters read, with the keys every plan JSON
-# holds in them (build_plan / collectives_of / cost_dict write them always); from_json
-# checks each record's keys and their JSON types (``_check_records``).
-RECORDS: dict[str, tuple[type, tuple[str, ...], bool]] = {  # key -> (record, required keys, a list of them)
-    "mesh": (MeshRecord, ("shape", "axes"), False),
-    "arguments": (Argument, ("index", "name", "kind", "shape", "dtype", "sharding"), True),
-    # DESIGN.md's minimum plan JSON: a collective without group_size or layer is still a plan
-    "collectives": (Collective, ("kind", "axes", "shape", "dtype", "bytes_per_device", "component"), True),
-    "cost": (Cost, ("total_us", "compute_us", "ccl_us", "ccl_count", "ccl_bytes", "memory_per_device_bytes",
-                    "fits"), False),
+# The records under a top-level key (the emitters read them as attributes): key -> (the
+# record, a list of them). ``from_json`` builds them, checking each one's keys and their
+# JSON types (``_records_of``).
+RECORDS: dict[str, tuple[type[Record], bool]] = {
+    "mesh": (MeshRecord, False),
+    "meshes": (MeshRecord, True),
+    "arguments": (Argument, True),
+    "collectives": (Collective, True),
+    "cost": (Cost, False),
 }
+_RECORD_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in (MeshRecord, Argument, Collective, Cost)}
 
 
 class PlanSchemaError(ValueError):
@@ -274,9 +331,7 @@ def _fields_of(cls, data: dict, where: str) -> dict:
         if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED):
             raise PlanSchemaError(f"{where}: plan JSON key {f.name!r} is {type(v).__name__}, "
                                   f"not {'/'.join(t.__name__ for t in ok)}")
-        if v is not None and f.name in RECORDS:
-            _check_records(f.name, v, where)
-        out[f.name] = _copy(v)
+        out[f.name] = _records_of(f.name, v, where) if v is not None and f.name in RECORDS else _copy(v)
     return out
 
 
@@ -307,32 +362,43 @@ def _type_text(tp) -> str:
     return text.replace("typing.", "").replace("NoneType", "null")
 
 
-def _check_records(key: str, value, where: str) -> None:
-    """Refuse, in one line, a record under ``key`` (``RECORDS``) that is not an object, lacks
-    a key every plan JSON writes, or holds a known key of the wrong JSON type."""
+def _records_of(key: str, value, where: str):
+    """The record(s) under ``key`` (``RECORDS``); refused in one line when one is not an
+    object, lacks a key every plan JSON writes, holds a key the record does not have, or
+    holds a key of the wrong JSON type."""
     import typing
 
-    record, required, many = RECORDS[key]
-    hints = typing.get_type_hints(record)
-    items = list(enumerate(value)) if many else [(None, value)]
+    record, many = RECORDS[key]
     if many and not isinstance(value, list):
         raise PlanSchemaError(f"{where}: plan JSON key {key!r} is {type(value).__name__}, not list")
-    for i, r in items:
+    hints = typing.get_type_hints(record)
+    fields = _RECORD_FIELDS[record]
+    name = record.__name__
+    out = []
+    for i, r in enumerate(value) if many else [(None, value)]:
         at = f"{key}[{i}]" if many else key
         if not isinstance(r, dict):
-            raise PlanSchemaError(f"{where}: plan JSON {at} is {type(r).__name__}, not an object ({record.__name__})")
-        missing = [k for k in required if k not in r]
+            raise PlanSchemaError(f"{where}: plan JSON {at} is {type(r).__name__}, not an object ({name})")
+        missing = [k for k in record.required() if k not in r]
         if missing:
             raise PlanSchemaError(f"{where}: plan JSON {at} lacks {', '.join(map(repr, missing))} "
-                                  f"({record.__name__}; re-run shard-opt --plan-json to write it)")
-        for k, tp in hints.items():
-            if k in r and not _json_ok(r[k], tp):
-                raise PlanSchemaError(f"{where}: plan JSON {at}.{k} is {json.dumps(r[k])[:40]}, not "
-                                      f"{_type_text(tp)} ({record.__name__})")
+                                  f"({name}; re-run shard-opt --plan-json to write it)")
+        unknown = [k for k in r if k not in fields]
+        if unknown:
+            raise PlanSchemaError(f"{where}: plan JSON {at} has unknown key(s) {', '.join(map(repr, unknown))} "
+                                  f"({name}, schema_version {SCHEMA_VERSION})")
+        for k, v in r.items():
+            if not _json_ok(v, hints[k]):
+                raise PlanSchemaError(f"{where}: plan JSON {at}.{k} is {json.dumps(v)[:40]}, not "
+                                      f"{_type_text(hints[k])} ({name})")
+        out.append(record(**{k: _copy(v) for k, v in r.items()}))
+    return out if many else out[0]
 
 
 def _copy(v):
-    """A deep copy of a JSON value (lists and dicts rebuilt, scalars shared)."""
+    """A deep copy of a JSON value (lists and dicts rebuilt, scalars shared; a record as its JSON)."""
+    if isinstance(v, Record):
+        return v.to_json()
     if isinstance(v, dict):
         return {k: _copy(x) for k, x in v.items()}
     if isinstance(v, list):
@@ -349,14 +415,12 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
-def cost_dict(ev: Evaluation) -> dict:
+def cost_of(ev: Evaluation) -> Cost:
+    """An evaluation's cost as the plan records it."""
     s = ev.score
-    return {
-        "total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
-        "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
-        "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits),
-        "layout_us": _r(ev.cost.layout_us),
-    }
+    return Cost(total_us=_r(s.total_us), compute_us=_r(s.compute_us), ccl_us=_r(s.ccl_us),
+                ccl_count=s.ccl_count, ccl_bytes=s.ccl_bytes, memory_per_device_bytes=int(s.memory_bytes),
+                fits=bool(s.fits), layout_us=_r(ev.cost.layout_us))
 
 
 def score_dict(s: Score) -> dict:
@@ -394,8 +458,9 @@ def strategy_text(model: LoweredModel, shardings: dict[int, TensorSharding]) -> 
 
 
 def collective_entry(c, args: dict) -> dict:
-    """A collective as plan JSON lists it: what it moves, and the component it belongs to
-    (``args``: argument index -> ``Argument``)."""
+    """A collective as a baseline's JSON lists it (``baselines.loader-spec.collectives``):
+    what it moves, and the component it belongs to (``args``: argument index ->
+    ``lowered.Argument``); the plan's own add their time and origin (``collectives_of``)."""
     origin = args.get(c.origin_arg)
     return {"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
             "bytes_per_device": c.bytes_per_device, "group_size": c.group_size,
@@ -403,24 +468,25 @@ def collective_entry(c, args: dict) -> dict:
             "layer": origin.layer if origin else None}
 
 
-def collectives_of(ev: Evaluation, args: dict) -> list[dict]:
-    """An evaluation's collectives as the plan JSON lists them, each with its modeled time."""
+def collectives_of(ev: Evaluation, args: dict) -> list[Collective]:
+    """An evaluation's collectives as the plan lists them, each with its modeled time."""
     out = []
     times = ev.cost.collective_us or [None] * len(ev.facts.collectives)
     for c, t in zip(ev.facts.collectives, times):
-        out.append({
-            **collective_entry(c, args),
-            "time_us": _r(t), "op_index": c.op_index, "loc": c.loc, "producer": c.producer,
-            "reason": c.reason, **({"cause": c.cause} if c.cause else {}),
-        })
+        out.append(Collective(**collective_entry(c, args), time_us=_r(t), op_index=c.op_index, loc=c.loc,
+                              producer=c.producer, reason=c.reason, cause=c.cause or None))
     return out
 
 
-def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> dict:
+def mesh_record(mesh: Mesh) -> MeshRecord:
+    return MeshRecord(shape=list(mesh.shape), axes=list(mesh.axes))
+
+
+def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> Plan:
     """The part of a plan the tt-mlir check reads (``shard_opt.ttmlir.check``): its mesh,
-    its priced collectives and its cost, for a plan that is not (yet) the plan JSON."""
-    return {"model": model.name, "mesh": {"shape": list(mesh.shape), "axes": list(mesh.axes)},
-            "collectives": collectives_of(ev, {a.index: a for a in model.arguments}), "cost": cost_dict(ev)}
+    its priced collectives and its cost, for a plan that is not (yet) built."""
+    return Plan(model=model.name, mesh=mesh_record(mesh),
+                collectives=collectives_of(ev, {a.index: a for a in model.arguments}), cost=cost_of(ev))
 
 
 def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name: str,
@@ -432,24 +498,21 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
     arguments = []
     for a in model.arguments:
         s = final.shardings.get(a.index) or TensorSharding.replicated(len(a.shape))
-        entry = {"index": a.index, "name": a.name, "kind": a.kind, "shape": list(a.shape),
-                 "dtype": a.dtype, "sharding": s.axis_names()}
-        if a.index in final.storage:
-            entry["storage"] = final.storage[a.index]  # stored on device as a block float
-        arguments.append(entry)
+        arguments.append(Argument(index=a.index, name=a.name, kind=a.kind, shape=list(a.shape), dtype=a.dtype,
+                                  sharding=s.axis_names(), storage=final.storage.get(a.index)))
     collectives = collectives_of(final, args)
     search = search or {"candidates_evaluated": 1, "seconds": 0.0, "exhaustive": True}
     if scored is not None:
         search["scored_cost"] = score_dict(scored)
     meta = {key: model.meta[key] for key in ("phase", "batch", "seq_len", "dtype") if key in model.meta}
     plan = Plan(
-        model=model.name, source=model.source, mesh={"shape": list(mesh.shape), "axes": list(mesh.axes)},
+        model=model.name, source=model.source, mesh=mesh_record(mesh),
         system=system_name, cost_model=cost_model_name, parallelism=list(parallelism),
         strategy=strategy_text(model, final.shardings), arguments=arguments,
         inputs=[a.name for a in model.arguments if a.kind in ("input", "cache")], groups=groups or [],
-        collectives=collectives, cost=cost_dict(final), baselines=baselines or {}, search=search,
+        collectives=collectives, cost=cost_of(final), baselines=baselines or {}, search=search,
         memory_fallback=memory_fallback is not None, memory_fallback_reason=memory_fallback,
-        meshes=[{"shape": list(m.shape), "axes": list(m.axes)} for m in meshes] if len(meshes) > 1 else None,
+        meshes=[mesh_record(m) for m in meshes] if len(meshes) > 1 else None,
         num_layers=model.num_layers or None, architecture=model.architecture or None,
         notes=list(notes) if notes else None, **meta,
     )

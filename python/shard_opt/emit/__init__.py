@@ -7,5 +7,6 @@
 - ``verify_ir.verify_ir``: a TTIR / TTNN dump checked against the plan.
 - ``citations``: the sources every report decision cites.
 
-Each works from the plan JSON dict (DESIGN.md "Plan JSON").
+Each works from the typed plan, ``shard_opt.plan.Plan`` (DESIGN.md "Plan JSON"), reading its
+records as attributes; a plan JSON dict given instead is read as one (``_plan.as_plan``).
 """

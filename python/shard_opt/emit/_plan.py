@@ -1,7 +1,9 @@
-"""Small readers of the plan JSON shared by the emitters.
+"""Small readers of the plan shared by the emitters.
 
-The plan is a plain dict (DESIGN.md "Plan JSON" plus the fields the search adds).
-These helpers read it defensively: optional fields may be missing.
+The plan is a ``shard_opt.plan.Plan``; its mesh, arguments, collectives and cost are
+records read as attributes (``plan.MeshRecord``, ``Argument``, ``Collective``, ``Cost``),
+the rest (baselines, groups, the architecture ...) JSON objects. These helpers read it
+defensively: optional fields may be missing (None).
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ DTYPE_BYTES = {
 }
 
 
+def as_plan(plan):
+    """The typed plan an emitter reads: a ``Plan`` (or ``PipelinePlan``) as it is, a plan
+    JSON dict read as one (``plan.plan_from_json``: it must carry this version's
+    ``schema_version``)."""
+    from shard_opt.plan import PipelinePlan, Plan, plan_from_json
+
+    return plan if isinstance(plan, (Plan, PipelinePlan)) else plan_from_json(plan)
+
+
 def dtype_bytes(dtype: str | None) -> int:
     return DTYPE_BYTES.get(dtype or "", 4)
 
@@ -34,14 +45,14 @@ def layer_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def mesh_of(plan: dict) -> tuple[list[int], list[str]]:
-    mesh = plan.get("mesh") or {}
-    shape = list(mesh.get("shape") or [1])
-    axes = list(mesh.get("axes") or ["batch", "model"][: len(shape)])
+def mesh_of(plan) -> tuple[list[int], list[str]]:
+    mesh = plan.mesh
+    shape = list((mesh and mesh.shape) or [1])
+    axes = list((mesh and mesh.axes) or ["batch", "model"][: len(shape)])
     return shape, axes
 
 
-def axis_sizes(plan: dict) -> dict[str, int]:
+def axis_sizes(plan) -> dict[str, int]:
     shape, axes = mesh_of(plan)
     return dict(zip(axes, shape))
 
@@ -91,34 +102,31 @@ def sdy_text(sharding) -> str:
     return "[" + ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in (sharding or [])) + "]"
 
 
-def collectives(plan: dict) -> list[dict]:
-    """The plan's collectives in program order."""
-    cs = list(plan.get("collectives") or [])
-    if all("op_index" in c for c in cs):
-        cs.sort(key=lambda c: c["op_index"])
+def collectives(plan) -> list:
+    """The plan's collectives (``plan.Collective``) in program order."""
+    cs = list(plan.collectives or [])
+    if all(c.op_index is not None for c in cs):
+        cs.sort(key=lambda c: c.op_index)
     return cs
 
 
-def multiplicity(c: dict) -> int:
+def multiplicity(c) -> int:
     """How many times a listed collective runs (a representative block may stand for N)."""
-    return int(c.get("count", 1) or 1)
+    return int(c.count or 1)
 
 
-def ccl_totals(plan: dict) -> tuple[int, int]:
+def ccl_totals(plan) -> tuple[int, int]:
     """(count, bytes) summed over the listed collectives."""
     cs = collectives(plan)
     return (sum(multiplicity(c) for c in cs),
-            sum(int(c.get("bytes_per_device") or 0) * multiplicity(c) for c in cs))
+            sum(int(c.bytes_per_device or 0) * multiplicity(c) for c in cs))
 
 
-def local_elements(c: dict) -> int:
+def local_elements(c) -> int:
     """Per-device operand elements of a collective."""
-    if c.get("in_local_shape"):
-        return math.prod(c["in_local_shape"])
-    b = c.get("bytes_per_device")
-    if b:
-        return int(b) // dtype_bytes(c.get("dtype"))
-    return math.prod(c.get("shape") or [1])
+    if c.bytes_per_device:
+        return int(c.bytes_per_device) // dtype_bytes(c.dtype)
+    return math.prod(c.shape or [1])
 
 
 def component_role(component: str | None) -> str:
@@ -170,16 +178,16 @@ def _strip_index(module: str) -> str:
     return module
 
 
-def is_weight(a: dict) -> bool:
-    return a.get("kind", "param") in ("param", "buffer")
+def is_weight(a) -> bool:
+    return (a.kind or "param") in ("param", "buffer")
 
 
-def _param_modules(plan: dict) -> dict[str, str]:
+def _param_modules(plan) -> dict[str, str]:
     """Modules holding the plan's parameters: raw module role -> its normalised form."""
     out: dict[str, str] = {}
-    for a in plan.get("arguments") or []:
+    for a in plan.arguments or []:
         if is_weight(a):
-            m = module_of(a["name"])
+            m = module_of(a.name)
             out.setdefault(m, _strip_index(m))
     return out
 
@@ -197,7 +205,7 @@ def _block(module: str, modules) -> str:
     return module
 
 
-def component_key(name_or_module: str | None, plan: dict, *, is_param_name: bool = False) -> str:
+def component_key(name_or_module: str | None, plan, *, is_param_name: bool = False) -> str:
     """The report component of a parameter name or a module path (layer indices as ``*``)."""
     if not name_or_module or name_or_module.startswith("("):
         return name_or_module or INPUTS_COMPONENT
@@ -208,37 +216,37 @@ def component_key(name_or_module: str | None, plan: dict, *, is_param_name: bool
     return _block(m, modules)
 
 
-def arg_component(a: dict, plan: dict) -> str:
+def arg_component(a, plan) -> str:
     if not is_weight(a):
         return INPUTS_COMPONENT
-    return component_key(a["name"], plan, is_param_name=True)
+    return component_key(a.name, plan, is_param_name=True)
 
 
-def coll_component(c: dict, plan: dict) -> str:
+def coll_component(c, plan) -> str:
     """The component a collective is filed under: the module the plan says it belongs to
     (``collectives[i].component``), grouped like the parameters; never re-attributed."""
-    return component_key(c.get("component"), plan)
+    return component_key(c.component, plan)
 
 
-def coll_module(c: dict) -> str:
+def coll_module(c) -> str:
     """The collective's module with layer indices as ``*`` (the budget's rows)."""
-    return component_role(c.get("component")) if c.get("component") else INPUTS_COMPONENT
+    return component_role(c.component) if c.component else INPUTS_COMPONENT
 
 
-def components(plan: dict) -> "OrderedDict[str, dict]":
+def components(plan) -> "OrderedDict[str, dict]":
     comps: OrderedDict[str, dict] = OrderedDict()
 
     def get(key):
         return comps.setdefault(key, {"args": [], "collectives": [], "layers": set(), "groups": []})
 
-    by_index = {a.get("index"): a for a in plan.get("arguments") or []}
-    for a in plan.get("arguments") or []:
+    by_index = {a.index: a for a in plan.arguments or []}
+    for a in plan.arguments or []:
         entry = get(arg_component(a, plan))
         entry["args"].append(a)
-        layer = layer_of(a["name"])
+        layer = layer_of(a.name)
         if layer is not None:
             entry["layers"].add(layer)
-    for g in plan.get("groups") or []:
+    for g in plan.groups or []:
         if g.get("kind") == "intermediate":
             continue
         members = [by_index[i] for i in g.get("members") or [] if i in by_index]
@@ -247,8 +255,8 @@ def components(plan: dict) -> "OrderedDict[str, dict]":
     for c in collectives(plan):
         entry = get(coll_component(c, plan))
         entry["collectives"].append(c)
-        if c.get("layer") is not None:
-            entry["layers"].add(c["layer"])
+        if c.layer is not None:
+            entry["layers"].add(c.layer)
     return comps
 
 
@@ -279,48 +287,48 @@ def flatten_architecture(arch) -> dict[str, dict]:
     return out
 
 
-def module_classes(plan: dict) -> dict[str, tuple[str | None, int | None]]:
+def module_classes(plan) -> dict[str, tuple[str | None, int | None]]:
     """module role -> (class, FLOPs of one instance), from the plan's architecture map."""
     out: dict[str, tuple] = {}
-    for path, info in flatten_architecture(plan.get("architecture")).items():
+    for path, info in flatten_architecture(plan.architecture).items():
         out.setdefault(role(path), (info.get("class"), info.get("flops")))
     return out
 
 
-def component_arch(plan: dict, key: str) -> tuple[str | None, int | None]:
+def component_arch(plan, key: str) -> tuple[str | None, int | None]:
     return module_classes(plan).get(key, (None, None))
 
 
-def io_dims(plan: dict, a: dict, classes: dict | None = None) -> tuple[int, int] | None:
+def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
     """(output dim, input dim) of a matmul or conv weight; None for anything else.
 
     In order: the Megatron baseline's own split of this tensor (column-parallel splits the
     output dim, row-parallel the input dim), the module's class (``Conv1D`` is ``[in,
     out]``), the source (JAX kernels are ``[in, out]``, PyTorch ``Linear`` ``[out, in]``).
     """
-    shape = a.get("shape") or []
+    shape = a.shape or []
     if len(shape) < 2:
         return None
     if len(shape) > 2:
         return 0, 1  # conv [C_out, C_in, ...], stacked experts [E, ...]
-    base = (((plan.get("baselines") or {}).get("megatron") or {}).get("arguments") or {}).get(a["name"])
-    mega_pairs = ((plan.get("baselines") or {}).get("megatron") or {}).get("pairs") or []
+    base = (((plan.baselines or {}).get("megatron") or {}).get("arguments") or {}).get(a.name)
+    mega_pairs = ((plan.baselines or {}).get("megatron") or {}).get("pairs") or []
     if base and sum(1 for d in base if d) == 1:
         split = 0 if base[0] else 1
-        this = role(a["name"])
+        this = role(a.name)
         if any(this in p.get("row") or [] for p in mega_pairs):
             return 1 - split, split
         return split, 1 - split
-    cls = (classes if classes is not None else module_classes(plan)).get(module_of(a["name"]), (None, None))[0]
-    if cls == "Conv1D" or plan.get("source") == "jax":
+    cls = (classes if classes is not None else module_classes(plan)).get(module_of(a.name), (None, None))[0]
+    if cls == "Conv1D" or plan.source == "jax":
         return 1, 0
     return 0, 1
 
 
-def first_arg(plan: dict, name: str) -> dict | None:
-    """The first argument with this role (or name)."""
-    for a in plan.get("arguments") or []:
-        if role(a["name"]) == name or a["name"] == name:
+def first_arg(plan, name: str):
+    """The first argument (``plan.Argument``) with this role (or name); None when there is none."""
+    for a in plan.arguments or []:
+        if role(a.name) == name or a.name == name:
             return a
     return None
 
@@ -335,11 +343,11 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(out)
 
 
-def structural_pairs(plan: dict) -> list[dict] | None:
+def structural_pairs(plan) -> list[dict] | None:
     """The column -> row pairs the Megatron baseline found in the dataflow
     (``baselines.megatron.pairs``), each with the mesh axis this plan splits it on (None:
     the plan does not use it). None for plans written before pairs were recorded."""
-    raw = ((plan.get("baselines") or {}).get("megatron") or {}).get("pairs")
+    raw = ((plan.baselines or {}).get("megatron") or {}).get("pairs")
     if raw is None:
         return None
     classes = module_classes(plan)
@@ -367,7 +375,7 @@ def structural_pairs(plan: dict) -> list[dict] | None:
             io = a and io_dims(plan, a, classes)
             if not io:
                 return None
-            s = a.get("sharding") or []
+            s = a.sharding or []
             dim = 0 if entry["kind"] == "experts" else io[side]
             return axis in (s[dim] if dim < len(s) else [])
 
@@ -382,7 +390,7 @@ def structural_pairs(plan: dict) -> list[dict] | None:
     return out
 
 
-def megatron_pairs(plan: dict) -> list[dict]:
+def megatron_pairs(plan) -> list[dict]:
     """The Megatron column->row pairs this plan uses: ``[{"block", "axis", "column", "row"}]``.
 
     From the pairs the Megatron baseline found structurally (``baselines.megatron.pairs``)
@@ -399,27 +407,27 @@ def megatron_pairs(plan: dict) -> list[dict]:
     return _derived_pairs(plan)
 
 
-def _derived_pairs(plan: dict) -> list[dict]:
+def _derived_pairs(plan) -> list[dict]:
     raw = _param_modules(plan)
     modules = set(raw.values())
     classes = module_classes(plan)
     blocks: OrderedDict[str, dict] = OrderedDict()
     seen = set()
-    for a in plan.get("arguments") or []:
-        if not is_weight(a) or len(a.get("shape") or []) != 2:
+    for a in plan.arguments or []:
+        if not is_weight(a) or len(a.shape or []) != 2:
             continue
-        r = role(a["name"])
+        r = role(a.name)
         if r in seen:
             continue
         seen.add(r)
-        module = raw.get(module_of(a["name"]), module_of(a["name"]))
+        module = raw.get(module_of(a.name), module_of(a.name))
         block = module.rsplit(".", 1)[0] if "." in module else _block(module, modules)
         out_dim, in_dim = io_dims(plan, a, classes) or (0, 1)
-        s = a.get("sharding") or [[], []]
+        s = a.sharding or [[], []]
         out_axes, in_axes = s[out_dim], s[in_dim]
         leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
         b = blocks.setdefault(block, {})
-        order = a.get("index", len(seen))
+        order = a.index if a.index is not None else len(seen)
         if len(out_axes) == 1 and not in_axes:
             b.setdefault(out_axes[0], {"column": [], "row": []})["column"].append((order, leaf))
         elif len(in_axes) == 1 and not out_axes:
@@ -434,7 +442,7 @@ def _derived_pairs(plan: dict) -> list[dict]:
     return pairs
 
 
-def pair_kind_of(plan: dict, pair: dict) -> str:
+def pair_kind_of(plan, pair: dict) -> str:
     for p in structural_pairs(plan) or []:
         if p["block"] == pair["block"]:
             return p["kind"]
@@ -445,26 +453,26 @@ def pairs_under(pairs: list[dict], key: str) -> list[dict]:
     return [p for p in pairs if p["block"] == key or p["block"].startswith(key + ".") or key.startswith(p["block"] + ".")]
 
 
-def layer_scope(plan: dict) -> tuple[str, int]:
+def layer_scope(plan) -> tuple[str, int]:
     """(the repeated layer's role, e.g. ``model.layers.*``, and how many layers); ``("", 1)``
     for a model without repeated layers (the whole model is one layer)."""
-    rep = (plan.get("architecture") or {}).get("repeated") if isinstance(plan.get("architecture"), dict) else None
+    rep = plan.architecture.get("repeated") if isinstance(plan.architecture, dict) else None
     if rep and rep.get("path"):
-        return rep["path"] + ".*", int(rep.get("count") or plan.get("num_layers") or 1)
+        return rep["path"] + ".*", int(rep.get("count") or plan.num_layers or 1)
     layers = set()
     prefix = ""
-    for a in plan.get("arguments") or []:
-        r = role(a["name"])
+    for a in plan.arguments or []:
+        r = role(a.name)
         if ".*." in r:
             prefix = prefix or r[: r.index(".*.") + 2]
-            layers.add(layer_of(a["name"]))
+            layers.add(layer_of(a.name))
     if prefix:
-        return prefix, int(plan.get("num_layers") or len(layers) or 1)
+        return prefix, int(plan.num_layers or len(layers) or 1)
     return "", 1
 
 
-def per_layer(cs: list[dict], n_layers: int, kind: str = "all_reduce") -> float:
-    return sum(multiplicity(c) for c in cs if c["kind"] == kind) / max(1, n_layers)
+def per_layer(cs: list, n_layers: int, kind: str = "all_reduce") -> float:
+    return sum(multiplicity(c) for c in cs if c.kind == kind) / max(1, n_layers)
 
 
 def in_scope(path: str, prefix: str) -> bool:

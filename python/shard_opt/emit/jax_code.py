@@ -31,10 +31,13 @@ def _p_text(sharding) -> str:
     return "P(" + ", ".join(items) + ")"
 
 
-def emit_jax(plan: dict) -> str:
-    """Python source setting up the plan's mesh and shardings with ``jax.sharding``."""
+def emit_jax(plan) -> str:
+    """Python source setting up the plan's mesh and shardings with ``jax.sharding`` (the
+    results are left replicated: the plan records no result shardings). ``plan``: the ``Plan``
+    (a plan JSON dict is read as one, ``_plan.as_plan``)."""
+    plan = _plan.as_plan(plan)
     shape, axes = _plan.mesh_of(plan)
-    cost = plan.get("cost") or {}
+    cost = plan.cost
     lines = [
         f'"""Sharding plan for {plan.get("model", "the model")}, written by shard-opt.',
         "",
@@ -44,7 +47,7 @@ def emit_jax(plan: dict) -> str:
     if plan.get("strategy"):
         lines.append(f"Strategy: {plan['strategy']}.")
     if cost:
-        lines.append(f"Modeled step {_plan.fmt_us(cost.get('total_us'))}, {cost.get('ccl_count', '?')} collectives.")
+        lines.append(f"Modeled step {_plan.fmt_us(cost.total_us)}, {cost.ccl_count} collectives.")
     if plan.get("memory_fallback"):
         lines.append("MEMORY FALLBACK: the fastest plan does not fit in DRAM: "
                      + str(plan.get("memory_fallback_reason") or ""))
@@ -64,23 +67,16 @@ def emit_jax(plan: dict) -> str:
         "SPECS = {",
     ]
     names = []
-    for a in plan.get("arguments") or []:
-        names.append(a["name"])
-        shape_txt = "x".join(str(d) for d in a.get("shape") or []) or "scalar"
-        lines.append(f'    {json.dumps(a["name"])}: {_p_text(a.get("sharding"))},  # {a.get("kind", "")} '
-                     f'{shape_txt}x{a.get("dtype", "")}'.rstrip())
+    for a in plan.arguments or []:
+        names.append(a.name)
+        shape_txt = "x".join(str(d) for d in a.shape or []) or "scalar"
+        lines.append(f'    {json.dumps(a.name)}: {_p_text(a.sharding)},  # {a.kind or ""} '
+                     f'{shape_txt}x{a.dtype or ""}'.rstrip())
     lines += ["}", "ARG_NAMES = ["]
     lines += [f"    {json.dumps(n)}," for n in names]
     lines += [
         "]",
         "IN_SHARDINGS = [NamedSharding(mesh, SPECS[name]) for name in ARG_NAMES]",
+        "OUT_SHARDINGS = None  # results are returned replicated",
     ]
-    results = plan.get("results") or []
-    if results:
-        lines.append("OUT_SHARDINGS = [")
-        for r in sorted(results, key=lambda r: r.get("index", 0)):
-            lines.append(f"    NamedSharding(mesh, {_p_text(r.get('sharding'))}),  # result {r.get('index', 0)}")
-        lines.append("]")
-    else:
-        lines.append("OUT_SHARDINGS = None  # results are returned replicated")
     return "\n".join(lines) + "\n"

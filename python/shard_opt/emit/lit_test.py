@@ -47,22 +47,23 @@ def _directive(kind: str, text: str) -> str:
     return f"// {kind}{{LITERAL}}: {text}" if literal else f"// {kind}: {text}"
 
 
-def collective_checks(c: dict, *, pin_annotations: bool = True) -> list[str]:
-    """CHECK / CHECK-SAME lines matching one collective's line in ``--evaluate`` output."""
-    kind = c["kind"]
+def collective_checks(c, *, pin_annotations: bool = True) -> list[str]:
+    """CHECK / CHECK-SAME lines matching one collective's (``plan.Collective``) line in
+    ``--evaluate`` output."""
+    kind = c.kind
     lines = []
-    if kind in _AXES_BRACKETS and c.get("axes"):
+    if kind in _AXES_BRACKETS and c.axes:
         open_, close = _AXES_BRACKETS[kind]
         lines.append(_directive("CHECK", f"sdy.{kind} {open_}"))
-        for a in c["axes"]:
+        for a in c.axes:
             lines.append(_directive("CHECK-SAME", f'"{a}"'))
         lines.append(_directive("CHECK-SAME", close))
     else:
         lines.append(_directive("CHECK", f"sdy.{kind} %"))
-    if pin_annotations and c.get("bytes_per_device") is not None:
-        lines.append(_directive("CHECK-SAME", f"shard_opt.bytes_per_device = {int(c['bytes_per_device'])} : i64"))
-    if c.get("shape") is not None and c.get("dtype"):
-        lines.append(_directive("CHECK-SAME", f": tensor<{_plan.shape_text(c['shape'], c['dtype'])}>"))
+    if pin_annotations and c.bytes_per_device is not None:
+        lines.append(_directive("CHECK-SAME", f"shard_opt.bytes_per_device = {int(c.bytes_per_device)} : i64"))
+    if c.shape is not None and c.dtype:
+        lines.append(_directive("CHECK-SAME", f": tensor<{_plan.shape_text(c.shape, c.dtype)}>"))
     return lines
 
 
@@ -92,7 +93,7 @@ def emit_lit_test(annotated_module_text: str, plan: Plan, *, run_args: str,
 
     Args:
       annotated_module_text: the module with ``sdy.mesh`` and argument shardings.
-      plan: the ``Plan`` (a plan JSON dict is read as one, ``Plan.from_json``); its
+      plan: the ``Plan`` (a plan JSON dict is read as one, ``_plan.as_plan``); its
         ``collectives`` (program order) are pinned.
       run_args: extra ``shard-opt`` arguments (e.g. ``--mesh 2x4``); ``--evaluate`` is
         added when absent.
@@ -100,9 +101,9 @@ def emit_lit_test(annotated_module_text: str, plan: Plan, *, run_args: str,
         module's ``shard_opt.ccl_count`` / ``ccl_bytes`` and each op's
         ``shard_opt.bytes_per_device``.
     """
-    plan = plan if isinstance(plan, Plan) else Plan.from_json(plan)
+    plan = _plan.as_plan(plan)
     shape, axes = _plan.mesh_of(plan)
-    cost = plan.cost or {}
+    cost = plan.cost
     cs = _plan.collectives(plan)
     if any(_plan.multiplicity(c) != 1 for c in cs):
         raise ValueError("emit_lit_test needs the module's own collectives, not a representative block's")
@@ -113,7 +114,7 @@ def emit_lit_test(annotated_module_text: str, plan: Plan, *, run_args: str,
         f"// shard-opt lit test: the plan for {plan.model or 'this module'} on a "
         f"{'x'.join(map(str, shape))} mesh ({', '.join(axes)}).",
         f"// shard-opt lit test: {count} collectives, {nbytes} bytes per device"
-        + (f", modeled {cost.get('total_us')} us" if cost.get("total_us") is not None else "")
+        + (f", modeled {cost.total_us} us" if cost.total_us is not None else "")
         + "; regenerate with --emit-lit-test when the plan changes.",
         "",
     ]

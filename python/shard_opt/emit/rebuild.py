@@ -53,6 +53,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shard_opt import ir
+from shard_opt.emit import _plan
 from shard_opt.emit._plan import role as role_of
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding
 
@@ -246,9 +247,9 @@ def _annotate(module, model, t: Tables, shardings: dict, constraints: dict, guar
     return {"applied": applied, "not_applied": not_applied}
 
 
-def priced_collectives(plan: dict) -> list:
-    """The plan JSON's collectives as (kind, axes, global shape)."""
-    return [(c["kind"], tuple(c["axes"]), tuple(c["shape"])) for c in plan.get("collectives") or []]
+def priced_collectives(plan) -> list:
+    """The plan's collectives as (kind, axes, global shape)."""
+    return [(c.kind, tuple(c.axes), tuple(c.shape)) for c in plan.collectives or []]
 
 
 def compare(priced: list, rebuilt: list) -> dict:
@@ -260,8 +261,10 @@ def compare(priced: list, rebuilt: list) -> dict:
     return {"equal": not missing and not extra, "missing": missing, "extra": extra}
 
 
-def check(script_text: str, model, plan: dict, **kwargs) -> dict:
-    """``rebuild`` and ``compare`` with the plan's collectives, as one dict."""
+def check(script_text: str, model, plan, **kwargs) -> dict:
+    """``rebuild`` and ``compare`` with the plan's collectives, as one dict (``plan``: the
+    ``Plan``, or its plan JSON dict: ``_plan.as_plan``)."""
+    plan = _plan.as_plan(plan)
     r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", **kwargs)
     out = compare(priced_collectives(plan), r.collectives)
     out.update({"applied": r.applied, "not_applied": r.not_applied, "rebuilt": len(r.collectives),
@@ -269,7 +272,7 @@ def check(script_text: str, model, plan: dict, **kwargs) -> dict:
     return out
 
 
-def compile_with_tt_mlir(script_text: str, model, plan: dict, **kwargs) -> dict:
+def compile_with_tt_mlir(script_text: str, model, plan, **kwargs) -> dict:
     """The module tt-xla builds from the script (``rebuild(..., keep_script_module=True)``),
     compiled by tt-mlir (``shard_opt.ttmlir.check``, compile-only) and held against the plan:
     the check's summary (``matches``: tt-mlir runs the plan's priced collectives), and, when
@@ -278,6 +281,7 @@ def compile_with_tt_mlir(script_text: str, model, plan: dict, **kwargs) -> dict:
     plugin cannot run."""
     from shard_opt.ttmlir import check as ttc
 
+    plan = _plan.as_plan(plan)
     ok, why = ttc.status()
     if not ok:
         return {"skipped": why}
@@ -285,15 +289,16 @@ def compile_with_tt_mlir(script_text: str, model, plan: dict, **kwargs) -> dict:
     return compile_script_module(r.script_module, plan)
 
 
-def compile_script_module(script_module: str, plan: dict) -> dict:
+def compile_script_module(script_module: str, plan) -> dict:
     """``compile_with_tt_mlir`` for a module already rebuilt (``Rebuilt.script_module``)."""
     from shard_opt import costmodel
     from shard_opt.ttmlir import check as ttc
 
+    plan = _plan.as_plan(plan)
     ok, why = ttc.status()
     if not ok:
         return {"skipped": why}
-    shape = tuple(plan["mesh"]["shape"])
+    shape = tuple(plan.mesh.shape)
     system = costmodel.get_system(plan["system"])
     (compiled,) = ttc.compile_all([ttc.Job("script", script_module, math.prod(shape))], system, shape)
     out = ttc.summarize(plan, compiled, system)
@@ -315,9 +320,13 @@ def main(argv=None) -> int:
                         "its collectives with the plan's")
     ns = p.parse_args(argv)
     from shard_opt import frontends
+    from shard_opt.plan import Plan, PlanSchemaError
 
     with open(ns.plan) as f:
-        plan = json.load(f)
+        try:
+            plan = Plan.from_json(json.load(f), where=ns.plan)
+        except PlanSchemaError as e:
+            p.error(str(e))
     with open(ns.script) as f:
         script = f.read()
     resized = plan.get("inputs_resized") is not None  # --batch / --seq-len changed the script's inputs

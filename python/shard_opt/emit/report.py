@@ -38,7 +38,7 @@ from collections import OrderedDict
 
 from shard_opt.emit import _plan
 from shard_opt.emit.citations import CITATIONS, Citer
-from shard_opt.plan import PipelinePlan, Plan, plan_from_json
+from shard_opt.plan import PipelinePlan, Plan
 from shard_opt.emit._plan import component_key, megatron_pairs, structural_pairs  # noqa: F401 (re-exported)
 
 SOURCE_NAMES = {"pytorch": "PyTorch load script", "jax": "JAX function", "mlir": "StableHLO module",
@@ -49,12 +49,6 @@ INPUTS_COMPONENT = _plan.INPUTS_COMPONENT
 # =================================================================================
 # Small formatting helpers
 # =================================================================================
-
-def _typed(plan) -> Plan | PipelinePlan:
-    """The report reads the typed plan; a plan JSON (a dict) is read as one (``plan_from_json``:
-    it must carry this version's ``schema_version``)."""
-    return plan if isinstance(plan, (Plan, PipelinePlan)) else plan_from_json(plan)
-
 
 def _spec_cell(sharding) -> str:
     if not _plan.is_sharded(sharding):
@@ -73,8 +67,8 @@ def _tensor_cell(shape, dtype, storage=None) -> str:
     return cell + (f" ({storage} on device)" if storage else "")
 
 
-def _signature(c: dict) -> tuple:
-    return (c["kind"], tuple(c.get("axes") or []), tuple(c.get("shape") or []), c.get("bytes_per_device"))
+def _signature(c) -> tuple:
+    return (c.kind, tuple(c.axes or []), tuple(c.shape or []), c.bytes_per_device)
 
 
 def _layers_text(layers) -> str:
@@ -103,11 +97,11 @@ def _leaf(role: str, key: str) -> str:
     return role[len(key) + 1:] if role.startswith(key + ".") else role
 
 
-def _first_per_role(args: list[dict]):
+def _first_per_role(args: list):
     """(role, argument) for the first argument of each role, in order."""
     seen = set()
     for a in args:
-        r = _plan.role(a["name"])
+        r = _plan.role(a.name)
         if r not in seen:
             seen.add(r)
             yield r, a
@@ -117,21 +111,21 @@ _TABLE_NAMES = re.compile(r"(^|\.)(embed_tokens|embeddings?|wte|wpe|word_embeddi
                           r"token_type_embeddings|shared|embed_positions)(\.|$)")
 
 
-def _is_table(a: dict, classes: dict) -> bool:
+def _is_table(a, classes: dict) -> bool:
     """An embedding table (a lookup, not a matmul): its module's class says so, or, with no
     architecture map, its name."""
-    cls = classes.get(_plan.module_of(a["name"]), (None, None))[0]
+    cls = classes.get(_plan.module_of(a.name), (None, None))[0]
     if cls:
         return "Embedding" in cls
-    return bool(_TABLE_NAMES.search(_plan.module_of(a["name"])))
+    return bool(_TABLE_NAMES.search(_plan.module_of(a.name)))
 
 
-def _pair_kind(plan: Plan, a: dict, classes: dict) -> str:
+def _pair_kind(plan: Plan, a, classes: dict) -> str:
     """How a weight's split reads: column- / row-parallel for a matmul weight; a lookup
     table split on its rows (the vocabulary) or its embedding dim; a convolution split on
     its output or input channels."""
-    s = a.get("sharding") or []
-    shape = a.get("shape") or []
+    s = a.sharding or []
+    shape = a.shape or []
     if len(s) == 2 and _is_table(a, classes):
         if s[0] and not s[1]:
             return "(lookup table split on its rows)"
@@ -139,7 +133,7 @@ def _pair_kind(plan: Plan, a: dict, classes: dict) -> str:
             return "(lookup table split on the embedding dim)"
         return ""
     if len(shape) > 2 and len(s) == len(shape):
-        cls = classes.get(_plan.module_of(a["name"]), (None, None))[0] or ""
+        cls = classes.get(_plan.module_of(a.name), (None, None))[0] or ""
         if "Conv" in cls or (not cls and len(shape) in (3, 4, 5)):
             if s[0] and not any(s[1:]):
                 return "(split on output channels)"
@@ -173,9 +167,8 @@ def _flops_text(flops) -> str:
     return str(flops)
 
 
-def _ccl_cells(cost: dict) -> str:
-    """``count | bytes`` cells of a cost dict (``n/a`` where a baseline did not record them)."""
-    n, b = cost.get("ccl_count"), cost.get("ccl_bytes")
+def _ccl_cells(n: int | None, b: int | None) -> str:
+    """``count | bytes`` cells of a cost (``n/a`` where a baseline did not record them)."""
     return f"{'n/a' if n is None else n} | {'n/a' if b is None else _plan.fmt_bytes(b)}"
 
 
@@ -271,14 +264,14 @@ def _takes_tokens(plan) -> bool:
     args = plan.arguments
     if not args:
         return True
-    return any(a.get("kind") == "cache" or (a.get("kind") == "input" and str(a.get("dtype") or "").lstrip("su")
-                                             .startswith("i")) for a in args)
+    return any(a.kind == "cache" or (a.kind == "input" and str(a.dtype or "").lstrip("su")
+                                     .startswith("i")) for a in args)
 
 
 def section_model(plan: Plan, cite: Citer) -> list[str]:
     p = plan
     shape, axes = _plan.mesh_of(p)
-    cost = p.cost or {}
+    cost = p.cost
     n = _numel(shape)
     out = ["## 1. Model & target", ""]
     out.append(f"- Model / variant: {(p.model or '?')}"
@@ -291,16 +284,16 @@ def section_model(plan: Plan, cite: Citer) -> list[str]:
            f"batch {p.batch}" if p.batch is not None else None,
            f"sequence length {p.seq_len}" if p.seq_len is not None and tokens else None]
     if not tokens:  # no tokens (an image, a latent): its inputs are the workload, not a phase and a length
-        run.append("inputs " + ", ".join(f"`{_md(a['name'])}` {_plan.shape_text(a.get('shape'), a.get('dtype'))}"
-                                         for a in p.arguments or [] if a.get("kind") == "input")
-                   if any(a.get("kind") == "input" for a in p.arguments or []) else None)
+        run.append("inputs " + ", ".join(f"`{_md(a.name)}` {_plan.shape_text(a.shape, a.dtype)}"
+                                         for a in p.arguments or [] if a.kind == "input")
+                   if any(a.kind == "input" for a in p.arguments or []) else None)
     run = [r for r in run if r]
     if run:
         out.append("- Workload: " + ", ".join(run))
     wd = p.weight_dtype
-    stored = sorted({a["storage"] for a in p.arguments or [] if a.get("storage")})
+    stored = sorted({a.storage for a in p.arguments or [] if a.storage})
     if wd and (wd != "bf16" or stored):
-        n_stored = sum(1 for a in p.arguments or [] if a.get("storage"))
+        n_stored = sum(1 for a in p.arguments or [] if a.storage)
         out.append("- Weights on device: " + cite.sentence(
             "block-float-weights", f"`--weight-dtype {wd}`: {n_stored} matmul weights stored as block floats "
             f"({', '.join(stored) or 'none'})"))
@@ -315,12 +308,12 @@ def section_model(plan: Plan, cite: Citer) -> list[str]:
     if p.mesh_choice:
         out.append("- " + mesh_choice_text(p.mesh_choice, cite))
     for m in p.meshes or []:
-        if list(m.get("shape") or []) != list(shape):
-            out.append(f"- Also valid on: {'x'.join(map(str, m['shape']))} ({', '.join(m.get('axes') or [])})")
+        if list(m.shape or []) != list(shape):
+            out.append(f"- Also valid on: {'x'.join(map(str, m.shape))} ({', '.join(m.axes or [])})")
     params = [a for a in p.arguments or [] if _plan.is_weight(a)]
-    total = sum(_numel(a.get("shape")) * _plan.dtype_bytes(a.get("dtype")) for a in params)
-    mem = cost.get("memory_per_device_bytes")
-    fits = cost.get("fits")
+    total = sum(_numel(a.shape) * _plan.dtype_bytes(a.dtype) for a in params)
+    mem = cost.memory_per_device_bytes
+    fits = cost.fits
     out.append(f"- Parameters: {len(params)} tensors, {_plan.fmt_bytes(total)} in total (as {(p.dtype) or 'given'})"
                + (f"; modeled memory per device {_plan.fmt_bytes(mem)}" if mem else "")
                + ("" if fits is None else (", fits in DRAM" if fits else ", **does not fit in DRAM**")) + ".")
@@ -357,9 +350,9 @@ def section_architecture(plan: Plan, cite: Citer) -> list[str]:
         cls, flops = classes.get(key, (None, None))
         cells = []
         for r, a in _first_per_role(comp["args"]):
-            stored = f" ({a['storage']})" if a.get("storage") else ""
-            cells.append(f"`{_leaf(r, key)}` {_plan.shape_text(a.get('shape'), a.get('dtype'))}{stored} "
-                         f"{_spec_cell(a.get('sharding'))}")
+            stored = f" ({a.storage})" if a.storage else ""
+            cells.append(f"`{_leaf(r, key)}` {_plan.shape_text(a.shape, a.dtype)}{stored} "
+                         f"{_spec_cell(a.sharding)}")
         row = f"| `{key}` | {cls or ''} | {_layers_text(comp['layers']) or '-'} | " + "<br>".join(cells) + " |"
         if has_arch:
             row += f" {_flops_text(flops)} |"
@@ -426,21 +419,21 @@ def _llama_layout(plan: Plan) -> bool:
         if pr["axis"] != "model" or not set(pr["column"]) <= LLAMA_COLUMNS or not set(pr["row"]) <= LLAMA_ROWS:
             return False
         for a in plan.arguments or []:
-            r = _plan.role(a["name"])
+            r = _plan.role(a.name)
             leaf = r[len(pr["block"]) + 1:] if r.startswith(pr["block"] + ".") else ""
             for side, (spec, names) in want.items():
-                if leaf.endswith(".weight") and leaf[:-7] in names and a.get("sharding") != spec:
+                if leaf.endswith(".weight") and leaf[:-7] in names and a.sharding != spec:
                     return False
     return True
 
 
 def section_strategy(plan: Plan, cite: Citer) -> list[str]:
-    p, c = plan, plan.cost or {}
+    p, c = plan, plan.cost
     out = ["## 3. Recommended strategy (summary)", ""]
     count, nbytes = _plan.ccl_totals(p)
     text = (f"**{((p.strategy) or 'See the per-component design').rstrip('.')}.** Modeled step "
-            f"{_plan.fmt_us(c.get('total_us'))} (compute {_plan.fmt_us(c.get('compute_us'))}, collectives "
-            f"{_plan.fmt_us(c.get('ccl_us'))}), {count} collectives moving {_plan.fmt_bytes(nbytes)} per device. "
+            f"{_plan.fmt_us(c.total_us)} (compute {_plan.fmt_us(c.compute_us)}, collectives "
+            f"{_plan.fmt_us(c.ccl_us)}), {count} collectives moving {_plan.fmt_bytes(nbytes)} per device. "
             + cite.sentence("speed-objective", "The objective is speed: parallel compute for the fewest and smallest "
                             "collectives, memory only as a loud fallback"))
     if megatron_pairs(p):
@@ -448,11 +441,11 @@ def section_strategy(plan: Plan, cite: Citer) -> list[str]:
         if _llama_layout(p):
             text += " " + cite.sentence("tt-xla-llama-plan", "It is the layout of tt-xla's Llama example: q/k/v/gate/up "
                                         "(\"model\", None), o/down (None, \"model\")")
-    if any(_plan.is_sharded(a.get("sharding")) for a in p.arguments or [] if not _plan.is_weight(a)):
+    if any(_plan.is_sharded(a.sharding) for a in p.arguments or [] if not _plan.is_weight(a)):
         text += " Model inputs are split at the boundary, which costs nothing (each chip receives its slice)."
     cs = _plan.collectives(p)
-    rs_axes = {tuple(x.get("axes") or []) for x in cs if x["kind"] == "reduce_scatter"}
-    ag_axes = {tuple(x.get("axes") or []) for x in cs if x["kind"] == "all_gather"}
+    rs_axes = {tuple(x.axes or []) for x in cs if x.kind == "reduce_scatter"}
+    ag_axes = {tuple(x.axes or []) for x in cs if x.kind == "all_gather"}
     if rs_axes & ag_axes:
         text += " " + cite.sentence("allreduce-decomposition", "A reduce_scatter and a later all_gather on the same "
                                     "axes move what one all_reduce would (the sequence-parallel form)")
@@ -461,12 +454,12 @@ def section_strategy(plan: Plan, cite: Citer) -> list[str]:
 
 
 def section_baselines(plan: Plan, cite: Citer) -> list[str]:
-    p, c = plan, plan.cost or {}
+    p, c = plan, plan.cost
     out: list[str] = []
     base = p.baselines or {}
     if base:
         out += ["| Plan | Modeled step | vs recommended | CCLs | CCL bytes / device |", "|---|---|---|---|---|",
-                f"| **recommended** | {_plan.fmt_us(c.get('total_us'))} | 1.00x | {_ccl_cells(c)} |"]
+                f"| **recommended** | {_plan.fmt_us(c.total_us)} | 1.00x | {_ccl_cells(c.ccl_count, c.ccl_bytes)} |"]
         for name, b in base.items():
             b = b or {}
             t = b.get("total_us")
@@ -483,7 +476,8 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
                 label = f"{about} {cite.for_claim('loader-spec', about)})"
             if b.get("breaks"):
                 label += f" ⚠ within the rules (breaks {', '.join(f'`{_md(r)}`' for r in b['breaks'])} as written)"
-            out.append(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.get('total_us'))} | {_ccl_cells(b)} |")
+            out.append(f"| {label} | {_plan.fmt_us(t)} | {_ratio(t, c.total_us)} | "
+                       f"{_ccl_cells(b.get('ccl_count'), b.get('ccl_bytes'))} |")
         out.append("")
         for name, b in base.items():
             held = _held_baseline(p, name, b or {}, cite)
@@ -507,7 +501,7 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
         for run in _same_cost_runs(sorted(rejected, key=lambda r: r.get("total_us") or 0), _whole_model_figures):
             r = run[0]
             total = r.get("total_us")
-            delta = _signed_us(total - c["total_us"]) if total is not None and c.get("total_us") is not None else "n/a"
+            delta = _signed_us(total - c.total_us) if total is not None and c.total_us is not None else "n/a"
             if len(run) == 1:
                 label = _md(r.get("label", "?"))
                 changed = "; ".join(_change_text(k, v) for k, v in (r.get("arguments_changed") or {}).items())
@@ -536,7 +530,7 @@ def _held_baseline(plan: Plan, name: str, b: dict, cite: Citer) -> str | None:
         if key and cite.supports(key, "compiler-limitation"):
             about += f" {cite.for_claim('compiler-limitation', about, via=(key,))}"
         rules.append(about)
-    mine = (plan.cost or {}).get("total_us")
+    mine = plan.cost.total_us
     written = (b.get("as_written") or {}).get("total_us")
     text = (f"**⚠ Baseline `{_md(name)}` breaks a compiler-safety rule as written:** {'; '.join(rules)}. "
             f"As written it is priced {_plan.fmt_us(written)}"
@@ -564,8 +558,8 @@ def _why_not_megatron(plan: Plan, mega: dict | None, cite: Citer) -> str | None:
     """Why the Megatron baseline lost, from its priced cost."""
     if not mega or mega.get("still_breaks"):  # no figure within the rules: _held_baseline says why
         return None
-    cost = plan.cost or {}
-    t, mine = mega.get("total_us"), cost.get("total_us")
+    cost = plan.cost
+    t, mine = mega.get("total_us"), cost.total_us
     if t is None and mega.get("ccl_count") is not None:
         # the cost model prices only collective_permute as infinite (JSON null)
         return ("**Why not Megatron:** " + cite.sentence(
@@ -576,8 +570,8 @@ def _why_not_megatron(plan: Plan, mega: dict | None, cite: Citer) -> str | None:
                 f"{mega.get('ccl_count', '?')} CCLs).")
     if t is None or mine is None or t <= mine:
         return None
-    d_ccl = (mega.get("ccl_us") or 0) - (cost.get("ccl_us") or 0)
-    d_compute = (mega.get("compute_us") or 0) - (cost.get("compute_us") or 0)
+    d_ccl = (mega.get("ccl_us") or 0) - (cost.ccl_us or 0)
+    d_compute = (mega.get("compute_us") or 0) - (cost.compute_us or 0)
     if d_ccl > 0 and d_compute <= 0:
         because = "its collectives cost more than the compute its splits save"
     elif d_compute > 0 and d_ccl <= 0:
@@ -587,8 +581,8 @@ def _why_not_megatron(plan: Plan, mega: dict | None, cite: Citer) -> str | None:
     text = (f"**Why not Megatron:** modeled {_plan.fmt_us(t)}, {_plan.fmt_us(t - mine)} slower per step: "
             f"collectives {_plan.fmt_us(mega.get('ccl_us'))} ({mega.get('ccl_count', '?')} CCLs, "
             f"{_plan.fmt_bytes(mega.get('ccl_bytes') or 0)} per device) against "
-            f"{_plan.fmt_us(cost.get('ccl_us'))} ({cost.get('ccl_count', '?')} CCLs) here, compute "
-            f"{_plan.fmt_us(mega.get('compute_us'))} against {_plan.fmt_us(cost.get('compute_us'))}: {because}.")
+            f"{_plan.fmt_us(cost.ccl_us)} ({cost.ccl_count} CCLs) here, compute "
+            f"{_plan.fmt_us(mega.get('compute_us'))} against {_plan.fmt_us(cost.compute_us)}: {because}.")
     if d_ccl > 0:  # each extra CCL pays a fixed synchronisation cost
         text += " " + cite.sentence(_fits_claim(plan), "Every collective pays a fixed synchronisation cost on "
                                     "top of its bytes")
@@ -601,7 +595,7 @@ def section_loader_comparison(plan: Plan, cite: Citer) -> list[str]:
     comparison = plan.loader_comparison
     if not spec and not comparison:
         return []
-    cost = plan.cost or {}
+    cost = plan.cost
     out = ["### Comparison with the loader's shard spec", ""]
     if spec:
         t = spec.get("total_us")
@@ -612,15 +606,15 @@ def section_loader_comparison(plan: Plan, cite: Citer) -> list[str]:
         else:
             head = f"The user's shard spec ({_md(spec.get('source'))}{where})"
         per_layer = spec.get("ccl_per_layer")
-        mine_per_layer = cost.get("ccl_per_layer")
+        mine_per_layer = cost.ccl_per_layer
         line = (f"{head}, priced by the same cost model on the same mesh: "
                 f"{_plan.fmt_us(t)} with {spec.get('ccl_count', '?')} collectives"
                 + (f" ({per_layer} per layer)" if per_layer is not None else "")
-                + f", against the recommended {_plan.fmt_us(cost.get('total_us'))} with {cost.get('ccl_count', '?')}"
+                + f", against the recommended {_plan.fmt_us(cost.total_us)} with {cost.ccl_count}"
                 + (f" ({mine_per_layer} per layer)" if mine_per_layer is not None else "") + ".")
-        if t is not None and cost.get("total_us"):
-            d = t - cost["total_us"]
-            line += (f" The recommended plan is {_plan.fmt_us(d)} ({t / cost['total_us']:.2f}x) faster." if d > 0 else
+        if t is not None and cost.total_us:
+            d = t - cost.total_us
+            line += (f" The recommended plan is {_plan.fmt_us(d)} ({t / cost.total_us:.2f}x) faster." if d > 0 else
                      f" **The loader's spec is {_plan.fmt_us(-d)} faster than the recommendation.**" if d < 0 else
                      " They cost the same.")
         elif t is None:
@@ -746,8 +740,8 @@ def _chosen(plan: Plan, comp: dict, classes: dict) -> list[str]:
     out = ["- **Chosen sharding:**", "", "  | Tensor | Shape | Partition spec | Shardy |", "  |---|---|---|---|"]
     for r, a in _first_per_role(comp["args"]):
         kind = _pair_kind(plan, a, classes) if _plan.is_weight(a) else ""
-        out.append(f"  | `{r}` | {_tensor_cell(a.get('shape'), a.get('dtype'), a.get('storage'))} | "
-                   f"{_spec_cell(a.get('sharding'))}{' ' + kind if kind else ''} | `{_plan.sdy_text(a.get('sharding'))}` |")
+        out.append(f"  | `{r}` | {_tensor_cell(a.shape, a.dtype, a.storage)} | "
+                   f"{_spec_cell(a.sharding)}{' ' + kind if kind else ''} | `{_plan.sdy_text(a.sharding)}` |")
     out.append("")
     return out
 
@@ -775,10 +769,10 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
     if facts:
         sentences.append("Search: " + "; ".join(facts) + ".")
     grouped = {g.get("role") for g in comp["groups"]}
-    ungrouped = [(r, a) for r, a in _first_per_role(comp["args"]) if r not in grouped and a["name"] not in grouped]
+    ungrouped = [(r, a) for r, a in _first_per_role(comp["args"]) if r not in grouped and a.name not in grouped]
     if ungrouped:
         sentences.append("Not searched on their own: " + ", ".join(
-            f"`{_leaf(r, key)}` ({_spec_cell(a.get('sharding'))})" for r, a in ungrouped) + ".")
+            f"`{_leaf(r, key)}` ({_spec_cell(a.sharding)})" for r, a in ungrouped) + ".")
     priced = [(a.get("delta_us"), g, a) for g in comp["groups"] for a in g.get("alternatives") or []
               if a.get("delta_us") is not None]
     if priced:
@@ -793,7 +787,7 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
         elif not comp["groups"]:
             sentences.append(cite.sentence("shardy-propagation", "Their layout is what Shardy propagates to them from "
                                            "the ops that use them"))
-        elif weights and not any(_plan.is_sharded(a.get("sharding")) for a in weights):
+        elif weights and not any(_plan.is_sharded(a.sharding) for a in weights):
             sentences.append(cite.sentence("memory-not-objective", "A weight stays replicated unless splitting it "
                                            "makes the step faster: memory balance is not an objective"))
         else:
@@ -803,7 +797,7 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
 
 
 def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
-    cost = plan.cost or {}
+    cost = plan.cost
     leaf = _leaf(g.get("role", "?"), key)
     option = _md(alt.get("option", "?"))
     spec = _spec_cell(alt["sharding"]) if alt.get("sharding") is not None else ""
@@ -817,11 +811,11 @@ def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
         return head + "; " + _removed_by(plan, alt) + "."
     if _broken_rules(plan, alt):  # priced with its times kept, but never a plan the search may pick
         head += "; " + _removed_by(plan, alt) + "; priced as if the rule did not apply"
-    if delta is None and cost.get("total_us") is not None:
-        delta = total - cost["total_us"]
+    if delta is None and cost.total_us is not None:
+        delta = total - cost.total_us
     nbytes = alt.get("ccl_bytes")
-    if nbytes is None and alt.get("collectives_delta") is not None and cost.get("ccl_bytes") is not None:
-        nbytes = cost["ccl_bytes"] + sum(int(c.get("bytes_per_device") or 0) * int(c.get("count", 1) or 0)
+    if nbytes is None and alt.get("collectives_delta") is not None and cost.ccl_bytes is not None:
+        nbytes = cost.ccl_bytes + sum(int(c.get("bytes_per_device") or 0) * int(c.get("count", 1) or 0)
                                          for c in alt["collectives_delta"])
     slower = f"+{_plan.fmt_us(delta)} slower" if delta is not None and delta >= 0 else \
         f"**{_plan.fmt_us(-(delta or 0))} faster than the plan**"
@@ -954,13 +948,13 @@ def _rejected(plan: Plan, key: str, comp: dict, rejected: list) -> list[str]:
     """Per group, each alternative priced on the whole model (every other group at the
     plan's choice), cheapest first; then the search's whole-model alternatives that
     changed this component."""
-    cost = plan.cost or {}
+    cost = plan.cost
     lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []])
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         changed = r.get("arguments_changed") or {}
         if key not in {_changed_component(plan, k) for k in changed} or _shown_as_alternative(r, comp["groups"]):
             continue
-        total, base = r.get("total_us"), cost.get("total_us")
+        total, base = r.get("total_us"), cost.total_us
         delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
         lines.append(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
                      f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
@@ -983,12 +977,12 @@ def _ccls(plan: Plan, comp: dict, pairs: list[dict], n_layers: int, cite: Citer)
         return ["- **CCLs:** none."]
     by_layer: OrderedDict = OrderedDict()
     for c in cs:
-        by_layer.setdefault(c.get("layer"), []).append(c)
+        by_layer.setdefault(c.layer, []).append(c)
     sigs = {tuple(_signature(c) for c in v) for v in by_layer.values()}
     layers = [k for k in by_layer if k is not None]
     total_n = sum(_plan.multiplicity(c) for c in cs)
-    total_b = sum((c.get("bytes_per_device") or 0) * _plan.multiplicity(c) for c in cs)
-    total_t = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
+    total_b = sum((c.bytes_per_device or 0) * _plan.multiplicity(c) for c in cs)
+    total_t = sum((c.time_us or 0) * _plan.multiplicity(c) for c in cs)
     if len(sigs) == 1 and len(layers) > 1 and None not in by_layer:
         shown = by_layer[layers[0]]
         note = f" Shown for layer {layers[0]}; layers {_layers_text(layers)} have the same collectives."
@@ -1011,31 +1005,31 @@ def _ccls(plan: Plan, comp: dict, pairs: list[dict], n_layers: int, cite: Citer)
     return out
 
 
-def _cause(c: dict) -> str:
-    return (c.get("cause") or "").lower()
+def _cause(c) -> str:
+    return (c.cause or "").lower()
 
 
-def _from_conv(c: dict) -> bool:
+def _from_conv(c) -> bool:
     """A collective whose value a convolution produced (its reason or producer says so)."""
-    return "convolution" in (c.get("producer") or "") or "stablehlo.convolution" in (c.get("reason") or "")
+    return "convolution" in (c.producer or "") or "stablehlo.convolution" in (c.reason or "")
 
 
-def _kind_notes(cs: list[dict], cite: Citer) -> str:
-    kinds = {c["kind"] for c in cs}
+def _kind_notes(cs: list, cite: Citer) -> str:
+    kinds = {c.kind for c in cs}
     out = []
-    if any(c["kind"] == "all_reduce" and "norm" in _cause(c) for c in cs):
+    if any(c.kind == "all_reduce" and "norm" in _cause(c) for c in cs):
         out.append(cite.sentence("norm-stats-allreduce", "A norm over a split dim all-reduces its statistics, a "
                                  "small collective (the reduced dim collapses first)"))
-    partial = [c for c in cs if c["kind"] == "all_reduce" and (
+    partial = [c for c in cs if c.kind == "all_reduce" and (
         "partial sums" in _cause(c) or "row-parallel" in _cause(c)
-        or (not c.get("cause") and "partial sums" in (c.get("reason") or "")))]
+        or (not c.cause and "partial sums" in (c.reason or "")))]
     if any(not _from_conv(c) for c in partial):
         out.append(cite.sentence("row-parallel-allreduce", "A row-parallel matmul leaves partial sums, closed by "
                                  "one all-reduce"))
     if any(_from_conv(c) for c in partial):
         out.append("A convolution split on its input channels leaves partial sums over that axis, closed by one "
                    "all-reduce (as the propagated module has it).")
-    if any(c["kind"] == "all_gather" and any(w in _cause(c) for w in ("k/v", "key", "sequence")) for c in cs):
+    if any(c.kind == "all_gather" and any(w in _cause(c) for w in ("k/v", "key", "sequence")) for c in cs):
         out.append(cite.sentence("sequence-kv-allgather", "Attention over a sequence-split activation all-gathers "
                                  "K and V along the sequence axis"))
     if "all_to_all" in kinds:
@@ -1047,21 +1041,21 @@ def _kind_notes(cs: list[dict], cite: Citer) -> str:
     return "".join(" " + s for s in out)
 
 
-def _coll_row(c: dict, *, with_component: bool) -> str:
-    axes = ", ".join(f"`{a}`" for a in c.get("axes") or []) or "-"
-    origin = _md(c.get("producer") or "?")
-    loc = _loc_text(c.get("loc"))
+def _coll_row(c, *, with_component: bool) -> str:
+    axes = ", ".join(f"`{a}`" for a in c.axes or []) or "-"
+    origin = _md(c.producer or "?")
+    loc = _loc_text(c.loc)
     if loc:
         origin += f" at `{_md(loc)}`"
-    if not with_component and c.get("component"):
-        origin += f" in `{c['component']}`"
-    cells = [f"#{c.get('op_index', '?')}", c["kind"], axes, _tensor_cell(c.get("shape"), c.get("dtype")),
-             _plan.fmt_bytes(c.get("bytes_per_device") or 0), _plan.fmt_us(c.get("time_us"))]
+    if not with_component and c.component:
+        origin += f" in `{c.component}`"
+    cells = [f"#{'?' if c.op_index is None else c.op_index}", c.kind, axes, _tensor_cell(c.shape, c.dtype),
+             _plan.fmt_bytes(c.bytes_per_device or 0), _plan.fmt_us(c.time_us)]
     if with_component:
-        cells.append(f"`{c.get('component') or INPUTS_COMPONENT}`")
-    why = _md(c.get("reason") or "")
-    if c.get("cause"):
-        why = f"{_md(c['cause'])}: {why}" if why else _md(c["cause"])
+        cells.append(f"`{c.component or INPUTS_COMPONENT}`")
+    why = _md(c.reason or "")
+    if c.cause:
+        why = f"{_md(c.cause)}: {why}" if why else _md(c.cause)
     cells += [origin, why]
     return "| " + " | ".join(cells) + " |"
 
@@ -1086,10 +1080,10 @@ def _sites(plan: Plan, rejected: list, cite: Citer) -> list[str]:
                + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
     keys = {g["role"] for g in sites}
     lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []])
-    cost = plan.cost or {}
+    cost = plan.cost
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys and not _shown_as_alternative(r, sites):
-            total, base = r.get("total_us"), cost.get("total_us")
+            total, base = r.get("total_us"), cost.total_us
             delta = f"+{_plan.fmt_us(total - base)}" if total is not None and base is not None else ""
             lines.append(f"  - {_md(r.get('label', '?'))}: modeled {_plan.fmt_us(total)} ({delta} slower), "
                          f"{r.get('ccl_count', '?')} collectives, {_plan.fmt_bytes(r.get('ccl_bytes') or 0)} per device.")
@@ -1104,10 +1098,10 @@ def section_ccl_budget(plan: Plan, cite: Citer, png_path: str | None = None) -> 
     cs = _plan.collectives(plan)
     rows: OrderedDict = OrderedDict()
     for c in cs:
-        k = (_plan.coll_module(c), c["kind"], c.get("cause") or "", tuple(c.get("axes") or []), c.get("bytes_per_device") or 0)
+        k = (_plan.coll_module(c), c.kind, c.cause or "", tuple(c.axes or []), c.bytes_per_device or 0)
         r = rows.setdefault(k, [0, 0.0])
         r[0] += _plan.multiplicity(c)
-        r[1] += (c.get("time_us") or 0) * _plan.multiplicity(c)
+        r[1] += (c.time_us or 0) * _plan.multiplicity(c)
     out += ["| Component | Collective | Axes | Count | Size per device (each) | Bytes per device | Modeled time |",
             "|---|---|---|---|---|---|---|"]
     for (comp, kind, cause, axes, b), (n, t) in rows.items():
@@ -1115,19 +1109,19 @@ def section_ccl_budget(plan: Plan, cite: Citer, png_path: str | None = None) -> 
         out.append(f"| `{comp}` | {what} | {', '.join(axes) or '-'} | {n} | {_plan.fmt_bytes(b)} | {b * n} | "
                    f"{_plan.fmt_us(t)} |")
     count, nbytes = _plan.ccl_totals(plan)
-    t_total = sum((c.get("time_us") or 0) * _plan.multiplicity(c) for c in cs)
+    t_total = sum((c.time_us or 0) * _plan.multiplicity(c) for c in cs)
     out += [f"| **Total** | | | **{count}** | | **{nbytes}** ({_plan.fmt_bytes(nbytes)}) | **{_plan.fmt_us(t_total)}** |", ""]
-    cost = plan.cost or {}
-    pc, pb = cost.get("ccl_count"), cost.get("ccl_bytes")
+    cost = plan.cost
+    pc, pb = cost.ccl_count, cost.ccl_bytes
     if (pc is not None and pc != count) or (pb is not None and pb != nbytes):
         out += [f"> **Note:** the listed collectives add up to {count} / {nbytes} bytes but the plan's cost says "
                 f"{pc} / {pb} bytes; the plan JSON is inconsistent.", ""]
     prefix, n_layers = _plan.layer_scope(plan)
-    if cost.get("ccl_per_layer") is not None:
+    if cost.ccl_per_layer is not None:
         kinds: OrderedDict = OrderedDict()
         for c in plan.layer_collectives or []:
             kinds[c["kind"]] = kinds.get(c["kind"], 0) + 1
-        out += [f"Per repeated layer: {cost['ccl_per_layer']} collectives"
+        out += [f"Per repeated layer: {cost.ccl_per_layer} collectives"
                 + (" (" + ", ".join(f"{k} x{n}" for k, n in kinds.items()) + ")" if kinds else "")
                 + ", the 2-layer model's bill minus the 1-layer model's.", ""]
     elif prefix and n_layers > 1 and cs:
@@ -1149,18 +1143,18 @@ def section_ccl_budget(plan: Plan, cite: Citer, png_path: str | None = None) -> 
 def section_bottlenecks(plan: Plan, cite: Citer) -> list[str]:
     p = plan
     out = ["## 6. Bottlenecks & compiler limitations", ""]
-    c = p.cost or {}
+    c = p.cost
     cs = _plan.collectives(p)
-    if c.get("total_us"):
-        share = (c.get("ccl_us") or 0) / c["total_us"] * 100
+    if c.total_us:
+        share = (c.ccl_us or 0) / c.total_us * 100
         out.append(f"- Collectives take {share:.0f}% of the modeled step "
-                   f"({_plan.fmt_us(c.get('ccl_us'))} of {_plan.fmt_us(c.get('total_us'))}).")
-    for x in sorted(cs, key=lambda x: -(x.get("time_us") or 0))[:3]:
-        cause = f" ({_md(x['cause'])})" if x.get("cause") else ""
-        out.append(f"- Largest: {x['kind']}{cause} over {', '.join(x.get('axes') or [])} of "
-                   f"{_tensor_cell(x.get('shape'), x.get('dtype'))} at op #{x.get('op_index', '?')} in "
-                   f"`{x.get('component') or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.get('bytes_per_device') or 0)} "
-                   f"per device, {_plan.fmt_us(x.get('time_us'))}.")
+                   f"({_plan.fmt_us(c.ccl_us)} of {_plan.fmt_us(c.total_us)}).")
+    for x in sorted(cs, key=lambda x: -(x.time_us or 0))[:3]:
+        cause = f" ({_md(x.cause)})" if x.cause else ""
+        out.append(f"- Largest: {x.kind}{cause} over {', '.join(x.axes or [])} of "
+                   f"{_tensor_cell(x.shape, x.dtype)} at op #{'?' if x.op_index is None else x.op_index} in "
+                   f"`{x.component or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.bytes_per_device or 0)} "
+                   f"per device, {_plan.fmt_us(x.time_us)}.")
     if p.memory_fallback:
         out.append(f"- **Memory fallback taken**: {_md((p.memory_fallback_reason) or '')}. "
                    + cite.sentence("memory-loud-fallback", "Memory is sharded for only as a loud fallback"))
@@ -1239,7 +1233,7 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     """(limitations this plan hits, names of the ones checked and not hit)."""
     shape, _axes = _plan.mesh_of(plan)
     cs = _plan.collectives(plan)
-    kinds = {c["kind"] for c in cs}
+    kinds = {c.kind for c in cs}
     hits, checked = [], []
 
     def rule(name: str, hit: bool, text):
@@ -1256,7 +1250,7 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     rule("all_to_all", "all_to_all" in kinds,
          lambda: cited("all-to-all-slow", "all_to_all lowers to N*(N-1) pairwise point_to_point ops plus a concat, "
                        "slower than its byte count suggests", "."))
-    bf16_rs = any(c["kind"] == "reduce_scatter" and c.get("dtype") == "bf16" for c in cs)
+    bf16_rs = any(c.kind == "reduce_scatter" and c.dtype == "bf16" for c in cs)
     rule("bf16 reduce_scatter", bf16_rs,
          lambda: cited("bf16-reduce-scatter-precision", "bf16 reduce_scatter loses precision", ": check the PCC."))
     rule("all_reduce+all_slice fusion", _all_reduce_then_slice(cs),
@@ -1282,8 +1276,8 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
                        "pair, the workaround for sharded reshapes", "."))
     conv_spatial = False
     for a in plan.arguments or []:
-        s = a.get("sharding") or []
-        if "conv" in a["name"].lower() and len(s) >= 4 and any(s[2:]):
+        s = a.sharding or []
+        if "conv" in a.name.lower() and len(s) >= 4 and any(s[2:]):
             conv_spatial = True
     rule("spatial conv sharding", conv_spatial,
          lambda: cited("spatial-conv-halo", "**a convolution is split on a spatial dim**, which needs a halo exchange "
@@ -1291,9 +1285,9 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     return hits, checked
 
 
-def _all_reduce_then_slice(cs: list[dict]) -> bool:
+def _all_reduce_then_slice(cs: list) -> bool:
     for a, b in zip(cs, cs[1:]):
-        if a["kind"] == "all_reduce" and b["kind"] == "all_slice" and set(a.get("axes") or []) == set(b.get("axes") or []):
+        if a.kind == "all_reduce" and b.kind == "all_slice" and set(a.axes or []) == set(b.axes or []):
             return True
     return False
 
@@ -1353,7 +1347,7 @@ def section_tt_mlir(plan: Plan) -> list[str]:
                    f"collectives.")
     if "checked_us" in chk:
         out.append(f"- Checked cost {_plan.fmt_us(chk['checked_us'])} (modeled "
-                   f"{_plan.fmt_us(((plan.cost) or {}).get('total_us'))}): collectives tt-mlir adds "
+                   f"{_plan.fmt_us(plan.cost.total_us)}): collectives tt-mlir adds "
                    f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
                    f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
                    f"kernel plus the op-to-op gap), collectives moved to load time "
@@ -1407,7 +1401,7 @@ def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | l
                                  ) -> tuple[str, list[Citer]]:
     """The report and the citers that numbered it (one per model), for tests: each citer's
     ``uses`` lists every citation with the text it follows and the claim it backs."""
-    plan = _typed(plan)
+    plan = _plan.as_plan(plan)
     if isinstance(plan, PipelinePlan):
         citers = [Citer() for _ in plan.pipeline]
         head = [f"# Sharding analysis - pipeline of {len(plan.pipeline)} models", ""]
@@ -1415,7 +1409,7 @@ def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | l
         head.append(citers[0].sentence("one-mesh-per-pipeline", about) + " (sources in the first model's section 7)")
         if plan.mesh_choice:
             head += ["", mesh_choice_text(plan.mesh_choice, citers[0])]
-        head += ["", "Models: " + ", ".join(f"`{sub.model}` {_plan.fmt_us((sub.cost or {}).get('total_us'))}"
+        head += ["", "Models: " + ", ".join(f"`{sub.model}` {_plan.fmt_us(sub.cost.total_us)}"
                                            for sub in plan.pipeline) + " (modeled step each).", ""]
         parts = ["\n".join(head)]
         pngs = png_path if isinstance(png_path, (list, tuple)) else [png_path] + [None] * len(plan.pipeline)
@@ -1444,7 +1438,7 @@ def write_ccl_chart(plan: Plan | PipelinePlan, png_path: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plan = _typed(plan)
+    plan = _plan.as_plan(plan)
     if isinstance(plan, PipelinePlan):
         plan = plan.pipeline[0]
     per: OrderedDict = OrderedDict()
@@ -1453,10 +1447,10 @@ def write_ccl_chart(plan: Plan | PipelinePlan, png_path: str) -> str:
     for c in _plan.collectives(plan):
         comp = _plan.coll_component(c, plan)
         per.setdefault(comp, {})
-        per[comp][c["kind"]] = per[comp].get(c["kind"], 0.0) + (c.get("time_us") or 0.0) * _plan.multiplicity(c)
+        per[comp][c.kind] = per[comp].get(c.kind, 0.0) + (c.time_us or 0.0) * _plan.multiplicity(c)
         counts[comp] = counts.get(comp, 0) + _plan.multiplicity(c)
-        if c["kind"] not in kinds:
-            kinds.append(c["kind"])
+        if c.kind not in kinds:
+            kinds.append(c.kind)
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.6 * len(per) + 1.5)), dpi=100)
     if not per:
         ax.text(0.5, 0.5, "no collectives in this plan", ha="center", va="center", transform=ax.transAxes)

@@ -59,14 +59,14 @@ _IMPORTS = (  # (module, obj, asname) for AddImportsVisitor
 )
 
 
-def emit_torch(script_source: str, plan: dict, *, loader: str | None = None) -> str:
+def emit_torch(script_source: str, plan, *, loader: str | None = None) -> str:
     """The user's load script with the plan's sharding written in.
 
     Args:
       script_source: text of the load script (defines ``load_model`` and
         ``load_inputs``, as functions or methods of a class such as ``ModelLoader``;
         the class may inherit them, or the script import them: ``emit_target``).
-      plan: the plan JSON dict.
+      plan: the ``Plan`` (a plan JSON dict is read as one, ``_plan.as_plan``).
       loader: how the frontend loaded the script (``LoweredModel.meta["loader"]``):
         ``functions`` (module-level load_model/load_inputs) or ``ModelLoader``; None
         reads it from the text.
@@ -75,6 +75,7 @@ def emit_torch(script_source: str, plan: dict, *, loader: str | None = None) -> 
       The new script text. It parses; without torch_xla installed it fails at the
       first ``torch_xla`` import and nowhere earlier.
     """
+    plan = _plan.as_plan(plan)
     if plan.get("pipeline"):
         raise UserError("--emit-torch writes one load script; this plan is a pipeline of several models")
     module = _parse(script_source)
@@ -254,25 +255,25 @@ def _is_pass(stmt) -> bool:
 # The generated block
 # ---------------------------------------------------------------------------------
 
-def _param_specs(plan: dict) -> list[tuple[str, list, str]]:
+def _param_specs(plan) -> list[tuple[str, list, str]]:
     """(name or role, sharding, comment) for every sharded parameter and buffer."""
-    by_role: dict[str, list[dict]] = {}
-    for a in plan.get("arguments") or []:
-        if a.get("kind", "param") in ("param", "buffer"):
-            by_role.setdefault(_plan.role(a["name"]), []).append(a)
-    why = {g.get("role"): g.get("why", "") for g in plan.get("groups") or []}
+    by_role: dict[str, list] = {}
+    for a in plan.arguments or []:
+        if _plan.is_weight(a):
+            by_role.setdefault(_plan.role(a.name), []).append(a)
+    why = {g.get("role"): g.get("why", "") for g in plan.groups or []}
     out = []
     for r, members in by_role.items():
-        shardings = {repr(m.get("sharding")) for m in members}
+        shardings = {repr(m.sharding) for m in members}
         if len(shardings) == 1:
-            s = members[0].get("sharding")
+            s = members[0].sharding
             if _plan.is_sharded(s):
-                out.append((r, s, _comment(s, members[0].get("shape"), why.get(r, ""))))
+                out.append((r, s, _comment(s, members[0].shape, why.get(r, ""))))
             continue
         for m in members:  # layers disagree: one entry per tensor
-            s = m.get("sharding")
+            s = m.sharding
             if _plan.is_sharded(s):
-                out.append((m["name"], s, _comment(s, m.get("shape"), why.get(r, ""))))
+                out.append((m.name, s, _comment(s, m.shape, why.get(r, ""))))
     return out
 
 
@@ -292,17 +293,17 @@ def _comment(sharding, shape, why: str) -> str:
     return text
 
 
-def _input_specs(plan: dict) -> list[tuple[list | None, str]]:
+def _input_specs(plan) -> list[tuple[list | None, str]]:
     """Per input of load_inputs(), in order: (sharding or None, comment)."""
-    args = [a for a in plan.get("arguments") or [] if a.get("kind") in ("input", "cache")]
-    if not args and plan.get("inputs"):
-        names = {a["name"]: a for a in plan.get("arguments") or []}
-        args = [names[n] for n in plan["inputs"] if n in names]
+    args = [a for a in plan.arguments or [] if a.kind in ("input", "cache")]
+    if not args and plan.inputs:
+        names = {a.name: a for a in plan.arguments or []}
+        args = [names[n] for n in plan.inputs if n in names]
     out = []
     for a in args:
-        s = a.get("sharding")
-        shape = ", ".join(str(d) for d in a.get("shape") or [])
-        out.append((s if _plan.is_sharded(s) else None, f"{a['name']} {a.get('dtype', '')}[{shape}]"))
+        s = a.sharding
+        shape = ", ".join(str(d) for d in a.shape or [])
+        out.append((s if _plan.is_sharded(s) else None, f"{a.name} {a.dtype or ''}[{shape}]"))
     return out
 
 
@@ -376,13 +377,13 @@ def _traced(plan: dict) -> bool:
     return name.startswith("tenstorrent") and "dispatch=" not in name or "dispatch=traced" in name
 
 
-def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool,
+def _block_text(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
                 weights_device: bool = False) -> str:
     shape, axes = _plan.mesh_of(plan)
     n = 1
     for s in shape:
         n *= s
-    cost = plan.get("cost") or {}
+    cost = plan.cost
     mesh_desc = ", ".join(f"{a}={s}" for a, s in zip(axes, shape))
     axes_text = ", ".join('"' + a + '"' for a in axes)
     lines = [
@@ -394,8 +395,8 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
         lines.append(f"# Strategy: {plan['strategy']}.")
     if cost:
         lines.append(
-            f"# Modeled step {_plan.fmt_us(cost.get('total_us'))}, {cost.get('ccl_count', '?')} collectives, "
-            f"{_plan.fmt_bytes(cost.get('ccl_bytes', 0))} moved per device (see the shard-opt report)."
+            f"# Modeled step {_plan.fmt_us(cost.total_us)}, {cost.ccl_count} collectives, "
+            f"{_plan.fmt_bytes(cost.ccl_bytes)} moved per device (see the shard-opt report)."
         )
     numerics = plan.get("numerics") or {}
     if numerics and not numerics.get("passed", True):
@@ -567,7 +568,7 @@ def _block_text(plan: dict, mesh_name: str, existing: list[str], needs_inputs: b
     return "\n".join(lines) + "\n"
 
 
-def _block_statements(plan: dict, mesh_name: str, existing: list[str], needs_inputs: bool,
+def _block_statements(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
                       weights_device: bool = False):
     # The block is generated as text and parsed whole, so tuples such as
     # (("batch", "model"), None) keep their parentheses (libcst's template trap does

@@ -127,7 +127,7 @@ class VerifyResult:
     boundaries: list[DumpOp] = field(default_factory=list)
     const_eval: list[DumpOp] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    plan_collectives: list[dict] = field(default_factory=list)
+    plan_collectives: list = field(default_factory=list)  # plan.Collective, in program order
     model: str = ""
 
     @property
@@ -327,7 +327,7 @@ def parse_dump(dump_text: str, mesh: list[int]) -> tuple[list[DumpOp], list[int]
 # ---------------------------------------------------------------------------------
 
 class _Aligner:
-    def __init__(self, plan: dict, events: list[DumpOp], axis_names: list[str], mesh: list[int],
+    def __init__(self, plan, events: list[DumpOp], axis_names: list[str], mesh: list[int],
                  dialect: str = "ttir"):
         self.plan = plan
         self.dialect = dialect
@@ -344,12 +344,12 @@ class _Aligner:
             return self.axis_names.index(name)
         return -1
 
-    def plan_axes(self, c: dict) -> tuple[int, ...]:
-        return tuple(self.axis_index(a) for a in c.get("axes") or [])
+    def plan_axes(self, c) -> tuple[int, ...]:
+        return tuple(self.axis_index(a) for a in c.axes or [])
 
-    def same(self, c: dict, d: DumpOp) -> bool:
+    def same(self, c, d: DumpOp) -> bool:
         """Kind and axis agree (one op of a multi-axis collective counts)."""
-        return c["kind"] == d.kind and bool(set(d.axes) & set(self.plan_axes(c)))
+        return c.kind == d.kind and bool(set(d.axes) & set(self.plan_axes(c)))
 
     def try_at(self, i: int, j: int) -> tuple[int, int, Pairing] | None:
         """A pairing of plan[i:] with events[j:], or None: (plan used, events used, pairing)."""
@@ -358,8 +358,8 @@ class _Aligner:
         d = ev[j] if j < len(ev) else None
         pax = self.plan_axes(c)
         # all_reduce + all_slice -> reduce_scatter (PR 6843)
-        if (c["kind"] == "all_reduce" and i + 1 < len(cs) and cs[i + 1]["kind"] == "all_slice"
-                and set(cs[i + 1].get("axes") or []) == set(c.get("axes") or [])
+        if (c.kind == "all_reduce" and i + 1 < len(cs) and cs[i + 1].kind == "all_slice"
+                and set(cs[i + 1].axes or []) == set(c.axes or [])
                 and d is not None and d.kind == "reduce_scatter" and set(d.axes) & set(pax)):
             return 2, 1, Pairing("equivalent", [i, i + 1], [d],
                                  f"all_reduce + all_slice fused into reduce_scatter ({_ref('tt_mlir_6843')})")
@@ -367,20 +367,20 @@ class _Aligner:
             return None
         # all_reduce -> reduce_scatter + all_gather (before the native all_reduce, PR 8961)
         want = _plan.local_elements(c)
-        if (c["kind"] == "all_reduce" and d.kind == "reduce_scatter" and j + 1 < len(ev)
+        if (c.kind == "all_reduce" and d.kind == "reduce_scatter" and j + 1 < len(ev)
                 and ev[j + 1].kind == "all_gather" and set(d.axes) & set(pax) and set(ev[j + 1].axes) & set(pax)
                 and self._decomposed_sizes(want, d, ev[j + 1])):
             return 1, 2, Pairing("equivalent", [i], [d, ev[j + 1]],
                                  "all_reduce lowered as reduce_scatter + all_gather (tt-mlir before the "
                                  f"native all_reduce of {_ref('tt_mlir_8961')})")
         # all_to_all / collective_permute -> point_to_point ops (TTIRToTTNN.cpp)
-        if c["kind"] in ("all_to_all", "collective_permute") and d.kind == "point_to_point":
+        if c.kind in ("all_to_all", "collective_permute") and d.kind == "point_to_point":
             return 1, 1, Pairing("equivalent", [i], [d],
-                                 f"{c['kind']} lowered to {d.count} ttnn.point_to_point ops "
+                                 f"{c.kind} lowered to {d.count} ttnn.point_to_point ops "
                                  f"({_ref('tt_mlir_all_to_all')})")
         # all_gather (+ all_slice) fused with a norm
-        if c["kind"] == "all_gather" and d.kind == "fused_norm":
-            used = 2 if i + 1 < len(cs) and cs[i + 1]["kind"] == "all_slice" else 1
+        if c.kind == "all_gather" and d.kind == "fused_norm":
+            used = 2 if i + 1 < len(cs) and cs[i + 1].kind == "all_slice" else 1
             return used, 1, Pairing("equivalent", list(range(i, i + used)), [d],
                                     f"all_gather + norm fused into {d.name} ({_ref('tt_mlir_fuse_rms_norm')})")
         if self.same(c, d) and (self.dialect != "ttnn" or self._same_size(c, d)):
@@ -399,12 +399,12 @@ class _Aligner:
                 status = "differs"
                 note = (f"per-device size differs: plan {want} elements, dump {d.elements} "
                         f"({_plan.shape_text(d.in_shape, d.in_dtype)})")
-            elif c.get("dtype") and d.in_dtype and c["dtype"] != d.in_dtype:
-                note = (note + "; " if note else "") + f"dtype {d.in_dtype} in the dump, {c['dtype']} in the plan"
+            elif c.dtype and d.in_dtype and c.dtype != d.in_dtype:
+                note = (note + "; " if note else "") + f"dtype {d.in_dtype} in the dump, {c.dtype} in the plan"
             return 1, len(group), Pairing(status, [i], group, note)
         return None
 
-    def _same_size(self, c: dict, d: DumpOp) -> bool:
+    def _same_size(self, c, d: DumpOp) -> bool:
         """Per-device sizes agree (or one is unknown). TTNN schedules ops in its own order,
         so there a neighbour of the same kind and axis is not the partner unless its size
         agrees too; TTIR keeps program order, and a size difference there is reported."""
@@ -430,7 +430,7 @@ class _Aligner:
                 j += eu
                 continue
             c = cs[i]
-            if c["kind"] == "all_slice" and (j >= len(ev) or ev[j].kind != "all_slice"):
+            if c.kind == "all_slice" and (j >= len(ev) or ev[j].kind != "all_slice"):
                 self.pairings.append(Pairing("equivalent", [i], [],
                                              "all_slice is a local slice; tt-mlir folded it into the arguments "
                                              f"({_ref('tt_mlir_all_slice')})"))
@@ -469,12 +469,12 @@ def _group_p2p(ops: list[DumpOp]) -> list[DumpOp]:
 # Likely causes
 # ---------------------------------------------------------------------------------
 
-def _missing_causes(c: dict, res: VerifyResult, boundaries: list[DumpOp], extra: list[DumpOp]) -> list[str]:
+def _missing_causes(c, res: VerifyResult, boundaries: list[DumpOp], extra: list[DumpOp]) -> list[str]:
     out = []
     if res.dump_mesh and list(res.dump_mesh) != list(res.plan_mesh):
         out.append(f"the dump was compiled for mesh {'x'.join(map(str, res.dump_mesh))}, the plan for "
                    f"{'x'.join(map(str, res.plan_mesh))}: tt-mlir folds a CCL over a mesh axis of size 1")
-    k = c["kind"]
+    k = c.kind
     if k == "all_gather" and any("shard_to_full" in b.attrs for b in boundaries):
         out.append("the output is gathered at the host boundary by a shard_to_full mesh_shard / aggregate_tensor, "
                    "not by a device CCL (fine if this is the model output)")
@@ -483,7 +483,7 @@ def _missing_causes(c: dict, res: VerifyResult, boundaries: list[DumpOp], extra:
                    "extra reduce_scatter below is likely it")
     if k == "all_gather":
         out.append(f"fused with a norm into distributed_rms_norm ({_ref('tt_mlir_fuse_rms_norm')})")
-    comp = c.get("component") or "its component"
+    comp = c.component or "its component"
     out.append(f"the mark_sharding calls for {comp} did not reach the compiler: check that shard_opt_model() ran on "
                "the model before torch.compile and that CONVERT_SHLO_TO_SHARDY=1 was set")
     out.append("tt-mlir propagates with conservativePropagation=true and may settle on other shardings than "
@@ -521,13 +521,15 @@ def _extra_causes(d: DumpOp, res: VerifyResult) -> list[str]:
 # Entry points
 # ---------------------------------------------------------------------------------
 
-def verify_ir(plan: dict, dump_text: str) -> VerifyResult:
+def verify_ir(plan, dump_text: str) -> VerifyResult:
     """Compare a TTIR/TTNN dump's CCL ops with the plan's collectives.
 
     Args:
-      plan: the plan JSON dict (``--plan-json``).
+      plan: the ``Plan`` (a plan JSON dict, the ``--plan-json`` file, is read as one:
+        ``_plan.as_plan``).
       dump_text: a TTIR or TTNN module as tt-xla exports it.
     """
+    plan = _plan.as_plan(plan)
     if plan.get("pipeline"):
         raise ValueError("verify-ir checks one model: pass the plan of the model the dump belongs to")
     shape, axes = _plan.mesh_of(plan)
@@ -582,7 +584,7 @@ def _pair_folded_slices(al: _Aligner) -> None:
     """An all_slice the in-order pass took as folded into the arguments (no op) may still
     be in the dump further on, as a ``mesh_partition``: pair the two, each once."""
     for p in al.pairings:
-        if p.dump or len(p.plan) != 1 or al.cs[p.plan[0]]["kind"] != "all_slice":
+        if p.dump or len(p.plan) != 1 or al.cs[p.plan[0]].kind != "all_slice":
             continue
         c = al.cs[p.plan[0]]
         j = next((j for j, d in enumerate(al.extra) if d.kind == "all_slice" and al.same(c, d)), None)
@@ -611,11 +613,11 @@ def _pair_out_of_order(al: _Aligner) -> None:
     al.missing = still
 
 
-def _plan_desc(i: int, c: dict) -> str:
-    axes = ",".join(c.get("axes") or [])
-    shape = _plan.shape_text(c.get("shape"), c.get("dtype"))
-    where = f" [{c['component']}]" if c.get("component") else ""
-    return f"#{c.get('op_index', i)} {c['kind']} {{{axes}}} {shape}{where}"
+def _plan_desc(i: int, c) -> str:
+    axes = ",".join(c.axes or [])
+    shape = _plan.shape_text(c.shape, c.dtype)
+    where = f" [{c.component}]" if c.component else ""
+    return f"#{i if c.op_index is None else c.op_index} {c.kind} {{{axes}}} {shape}{where}"
 
 
 def format_result(result: VerifyResult) -> str:

@@ -387,7 +387,7 @@ def skipped(why: str) -> dict:
             "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
 
 
-def summarize(plan: dict, result: Compiled, system, *, facts=None, cost_model=None,
+def summarize(plan, result: Compiled, system, *, facts=None, cost_model=None,
               left_flat: list[str] | None = None) -> dict:
     """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
     XLA's reductions apart: ``hold_against_xla``); ``facts``, the priced module's
@@ -459,7 +459,7 @@ def _priced_kernels(facts) -> dict[str, int]:
     return out
 
 
-def hold_against_xla(check: dict, plan: dict, result: Compiled, xla: list[dict] | str,
+def hold_against_xla(check: dict, plan, result: Compiled, xla: list[dict] | str,
                      source: str | None = None) -> dict:
     """``check`` (``summarize``'s) with whether tt-mlir keeps every reduction XLA makes for the
     same module: ``xla`` is ``verify.xla_collectives`` of it, or the error XLA gave
@@ -620,9 +620,9 @@ def differences(verdicts: dict) -> list[str]:
     for stage, v in verdicts.items():
         names = v.axis_names
         for i, c, _ in v.missing:
-            out.append(f"{stage.upper()}: the plan prices {c['kind']} {{{','.join(c.get('axes') or [])}}} on "
-                       f"{_plan.shape_text(c.get('shape'), c.get('dtype'))}"
-                       f"{' [' + c['component'] + ']' if c.get('component') else ''} that tt-mlir does not run")
+            out.append(f"{stage.upper()}: the plan prices {c.kind} {{{','.join(c.axes or [])}}} on "
+                       f"{_plan.shape_text(c.shape, c.dtype)}"
+                       f"{' [' + c.component + ']' if c.component else ''} that tt-mlir does not run")
         for d, _ in v.extra:
             out.append(f"{stage.upper()}: tt-mlir runs {d.describe(names)} that the plan does not price")
         for p in v.pairings:
@@ -631,7 +631,7 @@ def differences(verdicts: dict) -> list[str]:
     return out
 
 
-def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=None) -> dict:
+def checked_cost(plan, ttir, summary: dict, system, cost_model=None, ttnn=None) -> dict:
     """What tt-mlir runs, priced with the plan's own cost model where the plan did not:
     ``extra_ccl_us`` for each per-step TTIR collective the plan lacks (an all_to_all as
     the point_to_point chain TTNN lowers it to), minus ``missing_ccl_us`` for each priced
@@ -655,7 +655,7 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
         nbytes = _plan.dtype_bytes(d.in_dtype) * (d.elements or 0)
         extra += system.collective_time_us(d.kind, nbytes, axis, tuple(shape), axis_names=tuple(names),
                                            allow_collective_permute=True)
-    missing = sum(float(c.get("time_us") or 0.0) for _, c, _ in ttir.missing)
+    missing = sum(float(c.time_us or 0.0) for _, c, _ in ttir.missing)
     ops_us, est_ops, est_us = 0.0, 0.0, 0.0
     priced = summary.get("priced_device_ops")
     if priced is not None and summary.get("ttnn_ops_per_step") is not None:
@@ -677,8 +677,8 @@ def checked_cost(plan: dict, ttir, summary: dict, system, cost_model=None, ttnn=
     load = 0.0
     if ttnn is not None:
         cs = ttnn.plan_collectives
-        load = sum(float(cs[i].get("time_us") or 0.0) for p in ttnn.pairings if "const-eval" in p.note for i in p.plan)
-    total = float(plan["cost"]["total_us"])
+        load = sum(float(cs[i].time_us or 0.0) for p in ttnn.pairings if "const-eval" in p.note for i in p.plan)
+    total = float(plan.cost.total_us)
     return {"extra_ccl_us": round(extra, 3), "missing_ccl_us": round(missing, 3), "extra_ops_us": round(ops_us, 3),
             "estimated_ops": round(est_ops, 1), "estimated_ops_us": round(est_us, 3),
             "load_ccl_us": round(load, 3),
