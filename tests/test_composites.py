@@ -81,14 +81,20 @@ def _wrapped(model) -> str:
     return ir.print_module(module)
 
 
-def test_attention_is_wrapped_as_tt_xla_writes_its_sdpa_composite():
-    """Every layer's decomposed attention becomes one tenstorrent.scaled_dot_product_attention
-    with tt-xla's operands (q, k, v, mask; K and V with their 8 KV heads, the GQA expansion
-    in the body) and attributes (is_causal written: tt-mlir reads a missing one as true)."""
+@pytest.fixture(scope="module")
+def gqa2():
+    """The GQA fixture, 2 layers (their attentions share one causal mask), and its wrapped module."""
     from shard_opt import frontends
 
     model = frontends.load(GQA, layers=2)
-    text = _wrapped(model)
+    return model, _wrapped(model)
+
+
+def test_attention_is_wrapped_as_tt_xla_writes_its_sdpa_composite(gqa2):
+    """Every layer's decomposed attention becomes one tenstorrent.scaled_dot_product_attention
+    with tt-xla's operands (q, k, v, mask; K and V with their 8 KV heads, the GQA expansion
+    in the body) and attributes (is_causal written: tt-mlir reads a missing one as true)."""
+    _, text = gqa2
     got = _SDPA.findall(text)
     assert len(got) == 2, text[:2000]
     for attrs, types in got:
@@ -99,15 +105,14 @@ def test_attention_is_wrapped_as_tt_xla_writes_its_sdpa_composite():
     assert "stablehlo.exponential" not in main
 
 
-def test_the_sdpa_composite_computes_what_the_flat_attention_does():
+def test_the_sdpa_composite_computes_what_the_flat_attention_does(gqa2):
     """XLA runs a composite by its decomposition: the wrapped module gives the flat one's
     numbers (the same ops, moved into the body), so the body is the attention."""
     import numpy as np
 
-    from shard_opt import frontends, ir
+    from shard_opt import ir
 
-    model = frontends.load(GQA, layers=2)
-    wrapped = _wrapped(model)
+    model, wrapped = gqa2
     assert wrapped.count('"tenstorrent.scaled_dot_product_attention"') == 2
     rng = np.random.default_rng(0)
     args = [rng.integers(0, 1024, a.shape).astype(np.int64) if a.kind == "input"

@@ -4,7 +4,7 @@
 //
 // RUN: shard-opt %S/../../examples/mlp.mlir --mesh 1x8 --check -o /dev/null 2>&1 | FileCheck %s
 // CHECK: shard-opt: tt-mlir: compiling 3 finalists and megatron
-// CHECK: shard-opt: tt-mlir: plan compiled ({{[0-9.]+}} s, the check {{[0-9.]+}} s), matches the priced collectives; TTNN per step: all_reduce x1, 16 device ops (0 at load); checked {{[0-9.]+}} us
+// CHECK: shard-opt: tt-mlir: plan compiled ({{[0-9.]+}} s, the check {{[0-9.]+}} s), matches the priced collectives; TTNN per step: all_gather x1, reduce_scatter x1, 17 device ops (0 at load); checked {{[0-9.]+}} us
 //
 // --no-check: nothing is compiled.
 // RUN: shard-opt %S/../../examples/mlp.mlir --mesh 1x8 --check --no-check -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOCHECK

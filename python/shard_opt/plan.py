@@ -28,8 +28,28 @@ from shard_opt.sharding import Mesh, TensorSharding
 SCHEMA_VERSION = 1  # the plan JSON's layout; a reader refuses any other (Plan.from_json)
 
 
+class _ByKey:
+    """``x[key]`` / ``x.get(key)`` / ``key in x``: a field by its JSON key, when the plan
+    JSON holds it (``_holds``), as a dict of the JSON would (for scripts and tests written
+    against the JSON; shard-opt's own code reads the attributes)."""
+
+    def _holds(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def __getitem__(self, key: str):
+        if not self._holds(key):
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if self._holds(key) else default
+
+    def __contains__(self, key: str) -> bool:
+        return self._holds(key)
+
+
 @dataclass(kw_only=True)
-class Record:
+class Record(_ByKey):
     """A record under the plan (``MeshRecord``, ``Argument``, ``Collective``, ``Cost``): its
     fields are its JSON keys, in the order the plan JSON writes them. ``to_json`` writes a
     field without a default always, one of ``WRITTEN`` always (null when None), any other
@@ -56,19 +76,7 @@ class Record:
         """The keys every plan JSON writes in this record (the fields without a default)."""
         return tuple(f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING)
 
-    def __getitem__(self, key: str):
-        f = _RECORD_FIELDS[type(self)].get(key)
-        if f is None or not self._written(f):
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: str) -> bool:
+    def _holds(self, key: str) -> bool:
         f = _RECORD_FIELDS[type(self)].get(key)
         return f is not None and self._written(f)
 
@@ -155,7 +163,7 @@ def _json_type(tp: str) -> tuple[type, ...]:
 
 
 @dataclass
-class Plan:
+class Plan(_ByKey):
     """One model's plan; the fields are the plan JSON's keys, in the order it writes them.
 
     A field is written when it is set (not None), a field of ``REQUIRED`` always, and
@@ -243,23 +251,12 @@ class Plan:
             raise PlanSchemaError(f"{where}: a pipeline plan, not one model's (PipelinePlan.from_json reads it)")
         return cls(**_fields_of(cls, data, where))
 
-    def __getitem__(self, key: str):
-        if not self._written(key):
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def __contains__(self, key: str) -> bool:
+    def _holds(self, key: str) -> bool:
         return self._written(key)
 
 
 @dataclass
-class PipelinePlan:
+class PipelinePlan(_ByKey):
     """The plan of several models on one mesh (``shard-opt A B C``): each model's ``Plan``,
     the shared mesh, the slowest model (which chose the mesh) and why it was chosen."""
 
@@ -295,7 +292,7 @@ class PipelinePlan:
                               for i, p in enumerate(subs)]
         return cls(**fields)
 
-    __getitem__, get, __contains__, _written = Plan.__getitem__, Plan.get, Plan.__contains__, Plan._written
+    _holds, _written = Plan._holds, Plan._written
 
 
 def plan_from_json(data: dict, *, where: str = "plan") -> Plan | PipelinePlan:
