@@ -71,7 +71,7 @@ def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, argume
     """Wrap the module's attentions, norms and GELUs in place; how many of each composite
     name. ``rms_norm``: wrap RMSNorms too (off by default: see the module docstring);
     ``sdpa``: wrap attentions (on by default) whose propagated shardings tt-mlir's SDPA
-    rule takes (``_sdpa_fits``; ``arguments``: the frontend's, for the propagation), the
+    rule takes (``_sdpa_misfits``; ``arguments``: the frontend's, for the propagation), the
     others are left flat and, when ``left_flat`` is a list, described in it."""
     from shard_opt.passes.mark_fusions import _activation, _norm
 
@@ -88,7 +88,7 @@ def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, argume
                 found.append(got)
         misfits = _sdpa_misfits(module, g, found, arguments)
         if misfits and left_flat is not None:
-            left_flat += [why for why in misfits.values()]
+            left_flat.extend(misfits.values())
         found = [f for i, f in enumerate(found) if i not in misfits]
     for node in g.nodes:
         got = None
@@ -323,18 +323,11 @@ def _unshare_masks(module, g: Graph) -> int:
         ends = _attention_ends(g, d2)
         if ends is None:
             continue
-        add = _mask_add(g, *ends)
-        if add is None:
+        path = _score_path(g, ends[1], ends[0])
+        if path is None or path[1] is None:
             continue
-        node, i = add
-        m = node.operands[i]
-        chain = []
-        while True:
-            p = g.producer(m)
-            if p is None or p.name not in _MASK_CHAIN or len(g.values[p.operands[0]].shape) != len(g.values[m].shape):
-                break
-            chain.append(p)
-            m = p.operands[0]
+        node, i = path[1]
+        _, chain = _mask_chain(g, node.operands[i])
         if not chain or all(len(g.values[c.results[0]].users) == 1 for c in chain):
             continue
         with module.context, irm.Location.unknown():
@@ -352,27 +345,6 @@ def _unshare_masks(module, g: Graph) -> int:
 _MASK_CHAIN = ("stablehlo.convert", "stablehlo.broadcast_in_dim")
 
 
-def _mask_add(g: Graph, d1, x: int):
-    """(the add node, its mask operand's index) between the scores ``d1`` and ``x``, or None."""
-    from shard_opt.passes.mark_fusions import _leads_to_dot
-
-    for _ in range(16):
-        if x == d1.results[0]:
-            return None
-        p = g.producer(x)
-        if p is None:
-            return None
-        if p.name == "stablehlo.add" and len(p.operands) == 2:
-            i = 1 if _leads_to_dot(g, p.operands[0]) else 0
-            return p, i
-        if p.name == "stablehlo.convert" or (p.name in ("stablehlo.multiply", "stablehlo.divide")
-                                              and _splat_operand(g, p)):
-            x = p.operands[0] if p.name == "stablehlo.convert" else _splat_operand(g, p)[0]
-            continue
-        return None
-    return None
-
-
 def _sdpa_composite(g: Graph, d2):
     """``tenstorrent.scaled_dot_product_attention`` over one decomposed attention ending at
     ``d2`` (probabilities x values), as tt-xla's ``composite_scaled_dot_product_attention``
@@ -386,9 +358,11 @@ def _sdpa_composite(g: Graph, d2):
     if ends is None:
         return None
     d1, x = ends
-    post, mask = _score_terms(g, x, d1)
-    if post is None:
+    path = _score_path(g, x, d1)
+    if path is None:
         return None
+    post, add = path
+    mask = _mask_chain(g, add[0].operands[add[1]])[0] if add is not None else None
     q, q_scale, q_t, q_rep = _operand_chain(g, d1.operands[0])
     k, k_scale, k_t, k_rep = _operand_chain(g, d1.operands[1])
     v, v_scale, v_t, v_rep = _operand_chain(g, d2.operands[1])
@@ -439,9 +413,11 @@ def _sdpa_misfits(module, g: Graph, found: list, arguments=None) -> dict[int, st
     an output sharded apart from the query ("Query and result must have the same type"). Such an attention is left as torch-mlir wrote it, which tt-mlir compiles to the
     collectives shard-opt priced. Read off a propagated copy of the module (its operands'
     producers tagged so the copy's ops can be found)."""
-    if not found or not any(op.operation.name == "sdy.mesh" for op in module.body.operations):
+    from shard_opt.analysis import _per_value_of, arg_shardings, meshes_of
+
+    meshes = meshes_of(module)
+    if not found or not meshes:
         return {}
-    from shard_opt.analysis import _per_value_of, arg_shardings
     from shard_opt.pass_manager import PassContext
     from shard_opt.passes.shardy_propagate import ShardyPropagate
 
@@ -469,10 +445,10 @@ def _sdpa_misfits(module, g: Graph, found: list, arguments=None) -> dict[int, st
         if _PROBE in op.attributes:
             by_tag[int(irm.StringAttr(op.attributes[_PROBE]).value)] = _per_value_of(op.attributes)
     args = arg_shardings(func)
-    axis = _axis_sizes(copy)
+    mesh = next(iter(meshes.values()))
 
     def split(s, dims) -> bool:
-        return s is not None and any(d < s.rank and any((a.size or axis.get(a.name, 2)) > 1 for a in s.dims[d]) for d in dims)
+        return s is not None and any(d < s.rank and s.split_factor(d, mesh) > 1 for d in dims)
 
     out = {}
     for i in range(len(found)):
@@ -495,66 +471,59 @@ def _sdpa_misfits(module, g: Graph, found: list, arguments=None) -> dict[int, st
     return out
 
 
-def _axis_sizes(module) -> dict[str, int]:
-    """{axis name: size} of the module's ``sdy.mesh``."""
-    for op in module.body.operations:
-        if op.operation.name == "sdy.mesh":
-            return {m.group(1): int(m.group(2)) for m in re.finditer(r'"(\w+)"=(\d+)', str(op.operation))}
-    return {}
-
-
-def _splat_operand(g: Graph, node) -> tuple[int, float] | None:
-    """(the other operand, the scalar) of a binary op with one splat-constant operand."""
-    if len(node.operands) != 2:
+def _scaling(g: Graph, node) -> tuple[int, float] | None:
+    """(the other operand, the factor) of a multiply by a splat constant, or of a divide by
+    one (the factor is then its inverse); None for any other op."""
+    if node.name not in ("stablehlo.multiply", "stablehlo.divide") or len(node.operands) != 2:
         return None
     for i in (0, 1):
         c, other = node.operands[i], node.operands[1 - i]
         if g.is_constant(c) and not g.is_constant(other):
             s = _splat(g, c)
-            if s is not None and (node.name != "stablehlo.divide" or i == 1):
+            if s is not None and node.name == "stablehlo.multiply":
                 return other, s
+            if s is not None and i == 1:
+                return other, 1.0 / s
     return None
 
 
-def _score_terms(g: Graph, x: int, d1) -> tuple[float | None, int | None]:
-    """(scale, mask) between the scores ``d1`` and the softmax input ``x``: the constant
-    factors (a multiply, or a divide by the constant) and the one additive mask, traced
-    back through casts and broadcasts to its own tensor. (None, None) for anything else."""
-    scale, mask = 1.0, None
+def _score_path(g: Graph, x: int, d1):
+    """(scale, (the add, its mask operand's index) or None) between the scores ``d1`` and
+    the softmax input ``x``: the constant factors on the way and the one additive mask;
+    None when anything else stands between them."""
+    from shard_opt.passes.mark_fusions import _leads_to_dot
+
+    scale, add = 1.0, None
     for _ in range(16):
         if x == d1.results[0]:
-            return scale, mask
+            return scale, add
         p = g.producer(x)
         if p is None:
-            return None, None
+            return None
+        scaled = _scaling(g, p)
         if p.name == "stablehlo.convert":
             x = p.operands[0]
-        elif p.name in ("stablehlo.multiply", "stablehlo.divide") and _splat_operand(g, p):
-            x, s = _splat_operand(g, p)
-            scale = scale * s if p.name == "stablehlo.multiply" else scale / s
-        elif p.name == "stablehlo.add" and mask is None and len(p.operands) == 2:
-            from shard_opt.passes.mark_fusions import _leads_to_dot
-
-            a, b = p.operands
-            x, m = (a, b) if _leads_to_dot(g, a) else (b, a)
-            mask = _mask_source(g, m)
-            if mask is None:
-                return None, None
+        elif scaled:
+            x, f = scaled
+            scale *= f
+        elif p.name == "stablehlo.add" and add is None and len(p.operands) == 2:
+            i = 1 if _leads_to_dot(g, p.operands[0]) else 0
+            add, x = (p, i), p.operands[1 - i]
         else:
-            return None, None
-    return None, None
+            return None
+    return None
 
 
-def _mask_source(g: Graph, m: int) -> int | None:
-    """The mask's own tensor behind casts and broadcasts (rank kept)."""
+def _mask_chain(g: Graph, m: int) -> tuple[int, list]:
+    """(the mask's own tensor, the casts and broadcasts from it to ``m``, nearest first)."""
+    chain = []
     for _ in range(8):
         p = g.producer(m)
-        if p is None or p.name not in _MASK_CHAIN:
-            return m
-        if len(g.values[p.operands[0]].shape) != len(g.values[m].shape):
-            return m
+        if p is None or p.name not in _MASK_CHAIN or len(g.values[p.operands[0]].shape) != len(g.values[m].shape):
+            break
+        chain.append(p)
         m = p.operands[0]
-    return m
+    return m, chain
 
 
 def _operand_chain(g: Graph, v: int) -> tuple[int, float, bool, int]:
@@ -569,9 +538,9 @@ def _operand_chain(g: Graph, v: int) -> tuple[int, float, bool, int]:
             break
         if p.name == "stablehlo.convert":
             nxt = p.operands[0]
-        elif p.name in ("stablehlo.multiply", "stablehlo.divide") and _splat_operand(g, p):
-            nxt, s = _splat_operand(g, p)
-            scale = scale * s if p.name == "stablehlo.multiply" else scale / s
+        elif scaled := _scaling(g, p):
+            nxt, f = scaled
+            scale *= f
         elif p.name == "stablehlo.transpose" and g.ints(p, "permutation") == [0, 1, 3, 2]:
             nxt, transposed = p.operands[0], not transposed
         elif p.name == "stablehlo.broadcast_in_dim" and g.values[p.operands[0]].shape == g.values[v].shape:

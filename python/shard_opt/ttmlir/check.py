@@ -319,20 +319,27 @@ def ccl_counts(ops: list, *, const_eval: bool) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _matches(pattern: re.Pattern, text: str):
+    """(match, whether it lies in a const-eval function: run once at load) of each match of
+    ``pattern`` in a dump."""
+    import bisect
+
+    spans = vir.function_spans(text)
+    starts = [s for s, _, _ in spans]
+    for m in pattern.finditer(text):
+        k = bisect.bisect_right(starts, m.start()) - 1
+        yield m, k >= 0 and spans[k][2]
+
+
 def ttnn_op_counts(text: str) -> dict[str, dict[str, int]]:
     """{"per_step" | "at_load": {"compute", "layout", "ccl"}: count} of a TTNN module's device
     ops (``NOT_DEVICE_OPS`` left out)."""
-    spans = vir.function_spans(text)
-    starts = [s for s, _, _ in spans]
     out = {"per_step": {"compute": 0, "layout": 0, "ccl": 0}, "at_load": {"compute": 0, "layout": 0, "ccl": 0}}
-    import bisect
-
-    for m in _TTNN_OP.finditer(text):
+    for m, at_load in _matches(_TTNN_OP, text):
         name = m.group(1)
         if name in NOT_DEVICE_OPS:
             continue
-        k = bisect.bisect_right(starts, m.start()) - 1
-        where = "at_load" if k >= 0 and spans[k][2] else "per_step"
+        where = "at_load" if at_load else "per_step"
         kind = vir.KIND_OF_OP.get(name)
         cls = "ccl" if kind and kind != "boundary" else "layout" if name in LAYOUT_OPS else "compute"
         out[where][cls] += 1
@@ -368,16 +375,10 @@ SDPA_LEFT_FLAT = ("{n} attention{s} compiled flat (torch-mlir's decomposition), 
 def fused_kernels(text: str) -> dict[str, int]:
     """{tt-mlir op name: count} of the fused kernels (``KERNELS``) a TTIR or TTNN module runs per step
     (const-eval functions left out)."""
-    spans = vir.function_spans(text)
-    starts = [s for s, _, _ in spans]
-    import bisect
-
     out: dict[str, int] = {}
-    for m in _FUSED_OP.finditer(text):
-        k = bisect.bisect_right(starts, m.start()) - 1
-        if k >= 0 and spans[k][2]:
-            continue
-        out[m.group(2)] = out.get(m.group(2), 0) + 1
+    for m, at_load in _matches(_FUSED_OP, text):
+        if not at_load:
+            out[m.group(2)] = out.get(m.group(2), 0) + 1
     return out
 
 
