@@ -47,6 +47,9 @@ MAX_ENV = "SHARD_OPT_CACHE_MAX_MB"
 DEFAULT_MAX_MB = 2048
 OFF = ("", "off", "0", "no", "false")
 SUFFIX = ".pkl"
+# the evaluated candidates' facts (shard_opt.factcache) live beside the lowerings, under the same limit
+FACTS_SUBDIR = "facts"
+FACTS_SUFFIX = ".facts"
 _STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a run that died mid-write
 _VERSIONED = ("torch", "torch-mlir", "jaxlib", "transformers", "diffusers")
 
@@ -164,11 +167,9 @@ def evict(root: str, limit: int | None = None) -> int:
     bytes (and temporary files older than an hour). The evaluated candidates' facts
     (``shard_opt.factcache``, in ``facts/``) count and go by the same rule. Returns how
     many entries went."""
-    from shard_opt import factcache
-
     limit = max_bytes() if limit is None else limit
     now = time.time()
-    facts = os.path.join(root, factcache.SUBDIR)
+    facts = os.path.join(root, FACTS_SUBDIR)
     for d in (root, facts):
         with contextlib.suppress(OSError):
             for name in os.listdir(d):
@@ -177,7 +178,7 @@ def evict(root: str, limit: int | None = None) -> int:
                     with contextlib.suppress(OSError):
                         if now - os.stat(path).st_mtime > _STALE_TMP_SECONDS:
                             os.unlink(path)
-    found = sorted(entries(root) + entries(facts, factcache.SUFFIX))
+    found = sorted(entries(root) + entries(facts, FACTS_SUFFIX))
     total = sum(size for _, size, _ in found)
     removed = 0
     for _, size, path in found:

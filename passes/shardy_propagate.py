@@ -108,7 +108,7 @@ class ShardyPropagate(ModulePass):
         found = []
         decouple = self.decouple_const_fanout and self.pipeline == "tt-mlir"
         if self.guard_opaque_ops or self.guard_moved_dims or decouple or _functions(module) > 1:
-            found = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS + ("func.call", BROADCAST))
+            found = ir.ops_in(module.operation, OPAQUE_OPS + GUARDED_OPS + ("func.call", BROADCAST))
         insert_guards(module, opaque_ops=self.guard_opaque_ops, moved_dims=self.guard_moved_dims,
                       ops=[op for op in found if op.name not in ("func.call", BROADCAST)],
                       arguments=ctx.arguments or None)
@@ -251,9 +251,9 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
     mesh_name = mesh_name_of(module) or "mesh"
     with module.context:
         if ops is None:  # else the caller's walk found them (``ir.ops_in``, in pre-order)
-            ops = ir.ops_in(module.operation, OPAQUE_OPS + MOVING_OPS)
+            ops = ir.ops_in(module.operation, OPAQUE_OPS + GUARDED_OPS)
         graph = None
-        if moved_dims and arguments and any(op.name in MOVING_OPS for op in ops):
+        if moved_dims and arguments and any(op.name in GUARDED_OPS for op in ops):
             from shard_opt.module_outputs import Graph
 
             graph = Graph(module, arguments)
@@ -265,7 +265,7 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
                     tt = ir.tensor_type(value.type)
                     if tt is not None:
                         constrain_operand(op, i, TensorSharding.replicated(len(tt[0]), mesh_name).to_attr())
-            elif moved_dims and name in MOVING_OPS:
+            elif moved_dims and name in GUARDED_OPS:
                 for rule in GUARDS:
                     body = rule.id not in allow and name in rule.guard_ops and rule.guard(op)
                     if body:
@@ -284,7 +284,7 @@ def insert_guards(module, *, opaque_ops: bool = True, moved_dims: bool = True, o
 BROADCAST = "stablehlo.broadcast_in_dim"
 OPAQUE_OPS = ("stablehlo.custom_call", "chlo.top_k")
 SHARDY_OWN_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "xla.sdy.")
-MOVING_OPS = tuple(op for r in GUARDS for op in r.guard_ops)  # the safety rules' guards (shard_opt.rules)
+GUARDED_OPS = tuple(op for r in GUARDS for op in r.guard_ops)  # the safety rules' guards (shard_opt.rules)
 
 
 def _shardy_own(op) -> bool:

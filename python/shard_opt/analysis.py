@@ -31,10 +31,9 @@ import math
 import re
 
 from shard_opt import ir, rules
-from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS
+from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS, MOVING_OPS
 from shard_opt.facts import DTYPE_BYTES, Collective, ModuleFacts, OpWork, dtype_bytes
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
-from shard_opt.rules.fused_split import MOVING_OPS
 
 SDY_COLLECTIVES = {
     "sdy.all_reduce": "all_reduce",

@@ -22,7 +22,7 @@ from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, group_members, is_partitioned, shardings_by_role,
     shardings_for,
 )
-from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
+from shard_opt.lowered import LoweredModel, PendingModel, layer_copy, same_arguments
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import AddMesh
 from shard_opt.passes.apply_constraints import ApplyConstraints
@@ -172,7 +172,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         seeds.append(assignment_of(groups, shardings_by_role(model, user_kept)))
     with timing.phase("search"):
         t0 = time.monotonic()
-        short = safety.layer_copy(model)  # the sites of a layer are every layer's
+        short = layer_copy(model)  # the sites of a layer are every layer's
         sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                         scorer=scorer, progress=progress, seeds=seeds, sites=sites)
@@ -215,7 +215,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             assignment, score = alt, alt_score
 
     if pending is not None and model is not pending.resolve():
-        # the search read the short copies alone (its limits and sites too: safety.layer_copy);
+        # the search read the short copies alone (its limits and sites too: lowered.layer_copy);
         # what follows reads the whole module: the real model from here on
         real = pending.resolve()
         if not same_arguments(model, real) or real.meta.get("shard_spec") is not None:

@@ -16,12 +16,13 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shard_opt import ir, parallel
 from shard_opt.analysis import arg_shardings
 from shard_opt.candidates import Group
-from shard_opt.facts import Cost, ModuleFacts
+from shard_opt.evaluation import Candidate, Evaluation, Score  # noqa: F401  (the engine's values)
+from shard_opt.facts import ModuleFacts
 from shard_opt.lowered import LoweredModel
 from shard_opt.pass_manager import PassContext, PassManager
 from shard_opt.passes.add_mesh import set_mesh
@@ -35,57 +36,6 @@ from shard_opt.weights import WeightFormats, matmul_weight_roles
 from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
 from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS, ShardyPropagate, insert_guards
 from shard_opt.sharding import Mesh, TensorSharding
-
-
-@dataclass(frozen=True)
-class Score:
-    """The numbers a search compares (additive, so they extrapolate over layers)."""
-
-    score: float
-    total_us: float
-    compute_us: float
-    ccl_us: float
-    ccl_count: int
-    ccl_bytes: int
-    memory_bytes: int
-    fits: bool
-    unsafe: tuple[str, ...] = ()  # compiler-safety rules it breaks (shard_opt.safety)
-
-    @staticmethod
-    def of(cost: Cost, facts: ModuleFacts, allow: frozenset[str] = frozenset()) -> "Score":
-        """A module's score; a plan that breaks a safety rule the user did not allow scores
-        infinite (its times stay, for the report)."""
-        unsafe = tuple(sorted(set(facts.violations) - set(allow)))
-        return Score(
-            math.inf if unsafe else cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
-            sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits, unsafe,
-        )
-
-    def key(self) -> tuple:
-        """Sort key: score, then fewer collectives, fewer bytes, less memory.
-
-        Equal times are common: a replicated weight whose consumer is split is sliced
-        locally (a free all_slice), so it costs the same time as a split weight, one
-        more collective and more DRAM.
-        """
-        return (round(self.score, 6), self.ccl_count, self.ccl_bytes, self.memory_bytes)
-
-
-@dataclass
-class Evaluation:
-    """A fully evaluated candidate on one module."""
-
-    shardings: dict[int, TensorSharding]
-    cost: Cost
-    facts: ModuleFacts
-    text: str | None = None  # the propagated module with explicit collectives
-    storage: dict = field(default_factory=dict)  # argument index -> block-float format
-
-    allow: frozenset = frozenset()
-    score: Score = field(init=False)
-
-    def __post_init__(self):
-        self.score = Score.of(self.cost, self.facts, self.allow)
 
 
 def is_partitioned(module) -> bool:
@@ -225,6 +175,42 @@ def shardings_by_role(model: LoweredModel, by_role: dict[str, TensorSharding]) -
     return out
 
 
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """An ``Evaluator`` as a picklable value: what a worker process rebuilds it from
+    (``shard_opt.parallel`` calls ``build()`` the first time it sees ``uid``). The module
+    text is the prepared one, so a worker prepares nothing again."""
+
+    uid: str
+    name: str
+    text: str
+    arguments: tuple
+    mesh: Mesh
+    system: object
+    cost_model: object
+    result_shardings: dict
+    pipeline: str
+    storage: dict
+    allow: frozenset
+
+    def build(self) -> "Evaluator":
+        model = LoweredModel(self.name, self.text, list(self.arguments))
+        return Evaluator(model, self.mesh, self.system, self.cost_model, result_shardings=self.result_shardings,
+                         pipeline=self.pipeline, prepared=(self.text, self.storage), allow=self.allow)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work for ``shard_opt.parallel``: the facts of an assignment
+    (``kind == "facts"``, ``arg`` the assignment) or a probe (``"probe"``, ``arg`` the
+    group and option moved), on the evaluator ``spec`` names."""
+
+    kind: str
+    spec: EvaluatorSpec
+    groups: list
+    arg: tuple
+
+
 class Evaluator:
     """Evaluates candidates of one model on one mesh.
 
@@ -283,10 +269,11 @@ class Evaluator:
         view.cost_model, view.memo = cost_model, {}
         return view
 
-    def spec(self) -> tuple:
+    def spec(self) -> "EvaluatorSpec":
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
-        return (self.uid, self.model.name, self.text, self.model.arguments, self.mesh,
-                self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage, self.allow)
+        return EvaluatorSpec(self.uid, self.model.name, self.text, tuple(self.model.arguments), self.mesh,
+                             self.system, self.cost_model, dict(self.result_shardings), self.pipeline,
+                             dict(self.storage), self.allow)
 
     @property
     def ops_each(self) -> int:
@@ -404,13 +391,13 @@ class Evaluator:
                 todo[key] = tuple(a)
         return todo
 
-    def local(self, task):
+    def local(self, task: Task):
         """One ``parallel.work`` task computed by this evaluator (memoized)."""
-        kind, _, groups, arg = task
-        return self.facts(groups, arg) if kind == "facts" else self.probe(groups, *arg)
+        return self.facts(task.groups, task.arg) if task.kind == "facts" else self.probe(task.groups, *task.arg)
 
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
-        results = parallel.run_batch([("probe", self.spec(), groups, m) for m in moves], self.seconds_each,
+        spec = self.spec()
+        results = parallel.run_batch([Task("probe", spec, groups, m) for m in moves], self.seconds_each,
                                      local=self.local)
         if results is None:
             return [self.probe(groups, gi, o) for gi, o in moves]
@@ -460,13 +447,13 @@ def run_facts_batch(work: list[tuple["Evaluator", list[Group], dict[tuple, tuple
     for ev, groups, todo in work:
         spec = ev.spec()
         for key, a in todo.items():
-            tasks.append(("facts", spec, groups, a))
+            tasks.append(Task("facts", spec, groups, a))
             owners.append((ev, key))
     if not tasks:
         return
     seconds = sum(len(todo) * (ev.seconds_each or 0.0) for ev, _, todo in work)
     by_uid = {ev.uid: ev for ev, _, _ in work}
-    results = parallel.run_batch(tasks, seconds / len(tasks), local=lambda t: by_uid[t[1][0]].local(t))
+    results = parallel.run_batch(tasks, seconds / len(tasks), local=lambda t: by_uid[t.spec.uid].local(t))
     if results is not None:
         for (ev, key), facts in zip(owners, results):
             ev.facts_memo[key] = facts

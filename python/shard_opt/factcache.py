@@ -33,8 +33,8 @@ import pickle
 import tempfile
 import zlib
 
-SUBDIR = "facts"
-SUFFIX = ".facts"
+from shard_opt.frontends.cache import FACTS_SUBDIR as SUBDIR, FACTS_SUFFIX as SUFFIX  # noqa: F401 (its layout)
+
 VERSION = 1
 
 

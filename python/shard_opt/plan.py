@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from shard_opt.evaluate import Evaluation, Score
+from shard_opt.evaluation import Evaluation, Score
 from shard_opt.lowered import LoweredModel
 from shard_opt.sharding import Mesh, TensorSharding
 

@@ -9,10 +9,10 @@ defensively: optional fields may be missing (None).
 from __future__ import annotations
 
 import math
-import re
 from collections import OrderedDict
 
-_LAYER_INDEX = re.compile(r"\.(\d+)\.")
+from shard_opt.lowered import layer_of, role_of as role  # noqa: F401  (the emitters' names for them)
+
 INPUTS_COMPONENT = "(model inputs)"
 
 DTYPE_BYTES = {
@@ -35,14 +35,6 @@ def dtype_bytes(dtype: str | None) -> int:
     return DTYPE_BYTES.get(dtype or "", 4)
 
 
-def role(name: str) -> str:
-    """Layer indices replaced by ``*`` (the same rule as ``lowered.Argument.role``)."""
-    return _LAYER_INDEX.sub(".*.", "." + name + ".").strip(".")
-
-
-def layer_of(name: str) -> int | None:
-    m = _LAYER_INDEX.search("." + name + ".")
-    return int(m.group(1)) if m else None
 
 
 def mesh_of(plan) -> tuple[list[int], list[str]]:
