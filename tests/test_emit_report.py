@@ -15,7 +15,7 @@ import pytest
 from shard_opt import rules, safety
 from shard_opt.emit import _plan, citations
 from shard_opt.emit.report import megatron_pairs, render_report, write_ccl_chart
-from shard_opt.plan import Collective, MeshRecord, PipelinePlan, Plan, PlanSchemaError
+from shard_opt.plan import CollectiveRecord as Collective, MeshRecord, PipelinePlan, Plan, PlanSchemaError
 
 SECTIONS = ["## 1. Model & target", "## 2. Architecture", "## 3. Recommended strategy (summary)",
             "## 4. Per-component design", "## 5. CCL budget", "## 6. Bottlenecks & compiler limitations",
@@ -95,8 +95,7 @@ def test_megatron_pairs_are_marked(plan):
 def test_jax_kernels_are_in_out(plan):
     p = copy.deepcopy(plan)
     p.source = "jax"
-    p.baselines["megatron"].pop("pairs")  # derived from the shardings: a JAX kernel is [in, out]
-    p.baselines["megatron"].pop("arguments")
+    p.baselines["megatron"].pop("arguments")  # the orientation from the source: a JAX kernel is [in, out]
     for a in p.arguments:
         if len(a["shape"]) == 2 and any(a["sharding"]):
             a.sharding = list(reversed(a.sharding))
@@ -246,7 +245,8 @@ def test_pairs_in_a_model_without_repeated_layers(plan):
     p = copy.deepcopy(plan)
     p.arguments = [dataclasses.replace(a, name=a.name.replace("model.layers.0.", "")) for a in p.arguments
                    if ".layers.1." not in a["name"]]
-    p.baselines["megatron"].pop("pairs")  # derived from the shardings, as for a plan without them
+    p.pairs = [{**pr, "column": [r.replace("model.layers.*.", "") for r in pr["column"]],
+                "row": [r.replace("model.layers.*.", "") for r in pr["row"]]} for pr in p.pairs]
     pairs = {pr["block"]: pr for pr in megatron_pairs(p)}
     assert pairs["mlp"]["column"] == ["gate_proj", "up_proj"] and pairs["mlp"]["row"] == ["down_proj"]
     assert pairs["self_attn"]["row"] == ["o_proj"]
@@ -450,9 +450,9 @@ def test_structural_pairs_and_conv1d_orientation(real_plan):
             assert pairs["transformer.h.*.mlp"]["column"] == ["c_fc"]
             assert "column-parallel `c_fc` → row-parallel `c_proj`" in arch
             assert '`(None, "model")` (column-parallel)' in _component(per, "transformer.h.*.mlp")
-    # The same plan without the recorded pairs: derived from the shardings and the classes.
+    # The same plan without the Megatron baseline's shardings: each weight's orientation
+    # from its module's class (Conv1D is [in, out]) gives the same pairs.
     old = copy.deepcopy(p)
-    old.baselines["megatron"].pop("pairs", None)
     old.baselines["megatron"].pop("arguments", None)
     assert megatron_pairs(old) == megatron_pairs(p)
 

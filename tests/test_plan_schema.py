@@ -55,9 +55,9 @@ def test_records_are_dataclasses_written_back_byte_for_byte(real, name):
     p = plan_from_json(json.loads(text), where=name)
     assert dumps(p) == text
     for sub, data in zip(p.pipeline if isinstance(p, PipelinePlan) else [p], real[name].get("pipeline") or [real[name]]):
-        assert isinstance(sub.mesh, plan_mod.MeshRecord) and isinstance(sub.cost, plan_mod.Cost)
-        assert all(isinstance(a, plan_mod.Argument) for a in sub.arguments)
-        assert all(isinstance(c, plan_mod.Collective) for c in sub.collectives)
+        assert isinstance(sub.mesh, plan_mod.MeshRecord) and isinstance(sub.cost, plan_mod.CostRecord)
+        assert all(isinstance(a, plan_mod.ArgumentRecord) for a in sub.arguments)
+        assert all(isinstance(c, plan_mod.CollectiveRecord) for c in sub.collectives)
         for record, written in [(sub.mesh, data["mesh"]), (sub.cost, data["cost"]),
                                 *zip(sub.arguments, data["arguments"]), *zip(sub.collectives, data["collectives"])]:
             assert list(record.to_json()) == list(written), type(record).__name__

@@ -157,7 +157,6 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
             # plan: whatever the search finds is at least as fast as both (when representable)
             baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega_written, limit, priced_by)
-            baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         user = loader_spec(model, mesh)
         if user is not None:
             _warn_spec(user, stream)
@@ -545,7 +544,7 @@ def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -
     if not breaks:
         return written
     out, within = reprice() if adjusted else (dict(written), score)
-    for k in ("pairs", "candidates_evaluated"):
+    for k in ("candidates_evaluated",):
         if k in written:
             out[k] = written[k]
     if within.unsafe:
@@ -707,10 +706,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     as_written = is_partitioned(module)
     ev = Evaluator(model, mesh, system, cm, **opts.setting(), as_written=as_written)
     final = ev.run(shardings, constraints=acts, keep_ir=True)
-    plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
+    structure = structure_of(model)
+    plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final,
+                      pairs=megatron_pairs(model, structure))
     plan.propagation = opts.propagation
     _note_weights(plan, opts.weights, model)
-    broken = safety.broken_by(model, shardings, safety.limits(model, structure_of(model)), [mesh],
+    broken = safety.broken_by(model, shardings, safety.limits(model, structure), [mesh],
                               final.facts.violations)
     plan.safety = safety.report({}, opts.allow, {}, broken)
     for rule in sorted(broken - set(opts.allow)):

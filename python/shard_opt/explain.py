@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from shard_opt import ir, safety, timing
-from shard_opt.baselines import LoaderSpec
+from shard_opt.baselines import LoaderSpec, megatron_pairs
 from shard_opt.evaluate import LayeredEvaluator, Score, constraints_for, shardings_by_role
 from shard_opt.lowered import LoweredModel
 from shard_opt.plan import Plan, build_plan, score_dict
@@ -101,7 +101,7 @@ def explain(setting: Setting, found: Found, rules: Rules, baselines: Baselines) 
                 "exhaustive": result.exhaustive, "rejected": rejected,
                 "space_size": _space([g for g in groups if g.by != "site"]),
                 "constraint_sites": sum(1 for g in groups if g.by == "site")},
-        memory_fallback=found.fallback, scored=found.score,
+        memory_fallback=found.fallback, scored=found.score, pairs=megatron_pairs(model, setting.structure),
     )
     plan.propagation = opts.propagation
     for name, b in baselines.priced.items():

@@ -16,8 +16,8 @@ COLLECTIVE_KINDS = (
 
 DTYPE_BYTES = {
     "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
-    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
-    "complex<f32>": 8,
+    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui16": 2, "ui32": 4, "ui64": 8,
+    "si8": 1, "si16": 2, "si32": 4, "si64": 8, "complex<f32>": 8,
     # Tenstorrent block floats: a 32x32 tile holds 1024 mantissas (1 byte for bfp8, half a
     # byte for bfp4) plus one shared 8-bit exponent per 16 values (64 bytes): 1088 and 576
     # bytes per 1024 values (tt-metal tt_metal/api/tt-metalium/tt_backend_api_types.hpp
@@ -26,8 +26,9 @@ DTYPE_BYTES = {
 }
 
 
-def dtype_bytes(dtype: str) -> float:
-    return DTYPE_BYTES.get(dtype, 4)
+def dtype_bytes(dtype: str | None) -> float:
+    """Bytes per element of an MLIR element type (4 for one this table does not know)."""
+    return DTYPE_BYTES.get(dtype or "", 4)
 
 
 @dataclass(frozen=True)

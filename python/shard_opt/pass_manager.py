@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from shard_opt import ir
 from shard_opt.errors import UserError
+from shard_opt.options import option_value
 
 
 @dataclass
@@ -78,7 +79,7 @@ class ModulePass:
                 known = ", ".join(sorted(fields)) or "none"
                 raise UserError(f"pass {cls.name}: unknown option {key!r} (options: {known})")
             f = fields[key]
-            kwargs[f.name] = _convert(raw, f.type, cls.name, key)
+            kwargs[f.name] = option_value(raw, f, f"pass {cls.name}", key)
         return cls(**kwargs)
 
     def pipeline_text(self) -> str:
@@ -89,22 +90,6 @@ class ModulePass:
                 v = str(v).lower() if isinstance(v, bool) else v
                 opts.append(f"{f.name.replace('_', '-')}={v}")
         return self.name + ("{" + " ".join(opts) + "}" if opts else "")
-
-
-def _convert(raw: str, typ, pass_name: str, key: str):
-    typ = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    try:
-        if typ.startswith("bool"):
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return raw.lower() in ("true", "1")
-        if typ.startswith("int"):
-            return int(raw)
-        if typ.startswith("float"):
-            return float(raw)
-    except ValueError:
-        raise UserError(f"pass {pass_name}: option {key}={raw!r} is not a valid {typ}") from None
-    return raw
 
 
 # name -> "module:Class", imported on first use so the CLI starts fast.

@@ -5,8 +5,9 @@ emitter reads (the report, the torch script, the lit test, verify-ir, the JAX co
 ``Plan.to_json()`` is the plan JSON ``--plan-json`` writes, ``Plan.from_json()`` reads it
 back (and refuses a plan of another ``SCHEMA_VERSION`` with one line). Its fields are the
 plan JSON's top-level keys. The records the emitters read under them are dataclasses too
-(``Record``: ``MeshRecord`` for ``mesh`` and ``meshes``, ``Argument``, ``Collective``,
-``Cost``; ``RECORDS``), their fields the JSON's keys: ``from_json`` builds them, checking
+(``Record``: ``MeshRecord`` for ``mesh`` and ``meshes``, ``ArgumentRecord``,
+``CollectiveRecord``, ``CostRecord``; ``RECORDS``; named apart from the engine's
+``lowered.Argument``, ``facts.Collective`` and ``facts.Cost`` they are written from), their fields the JSON's keys: ``from_json`` builds them, checking
 each one's keys and types, and ``to_json`` writes them back as they were written. The
 other records (a baseline, a group, a safety row ...) stay JSON objects. A pipeline's plan
 is a ``PipelinePlan``.
@@ -50,7 +51,7 @@ class _ByKey:
 
 @dataclass(kw_only=True)
 class Record(_ByKey):
-    """A record under the plan (``MeshRecord``, ``Argument``, ``Collective``, ``Cost``): its
+    """A record under the plan (``MeshRecord``, ``ArgumentRecord``, ``CollectiveRecord``, ``CostRecord``): its
     fields are its JSON keys, in the order the plan JSON writes them. ``to_json`` writes a
     field without a default always, one of ``WRITTEN`` always (null when None), any other
     only when it is set. ``record[key]`` / ``record.get(key)`` / ``key in record`` read a
@@ -58,6 +59,7 @@ class Record(_ByKey):
     against the JSON; shard-opt's own code reads the attributes)."""
 
     WRITTEN: ClassVar[tuple[str, ...]] = ()  # optional fields every run writes, null or not
+    TITLE: ClassVar[str] = ""  # what a message of the plan JSON reader calls it (default: the class name)
 
     def to_json(self) -> dict:
         """The record as the plan JSON writes it (a copy)."""
@@ -88,7 +90,8 @@ class MeshRecord(Record):
 
 
 @dataclass(kw_only=True)
-class Argument(Record):
+class ArgumentRecord(Record):
+    TITLE = "Argument"
     index: int
     name: str
     kind: str  # param, buffer, input, cache
@@ -99,7 +102,8 @@ class Argument(Record):
 
 
 @dataclass(kw_only=True)
-class Collective(Record):
+class CollectiveRecord(Record):
+    TITLE = "Collective"
     kind: str  # all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, all_slice
     axes: list[str]
     shape: list[int]
@@ -121,7 +125,8 @@ class Collective(Record):
 
 
 @dataclass(kw_only=True)
-class Cost(Record):
+class CostRecord(Record):
+    TITLE = "Cost"
     total_us: float | None
     compute_us: float | None
     ccl_us: float | None
@@ -142,24 +147,16 @@ class Cost(Record):
 RECORDS: dict[str, tuple[type[Record], bool]] = {
     "mesh": (MeshRecord, False),
     "meshes": (MeshRecord, True),
-    "arguments": (Argument, True),
-    "collectives": (Collective, True),
-    "cost": (Cost, False),
+    "arguments": (ArgumentRecord, True),
+    "collectives": (CollectiveRecord, True),
+    "cost": (CostRecord, False),
 }
-_RECORD_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in (MeshRecord, Argument, Collective, Cost)}
+_RECORD_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)}
+                  for cls in (MeshRecord, ArgumentRecord, CollectiveRecord, CostRecord)}
 
 
 class PlanSchemaError(ValueError):
     """A plan JSON this version cannot read (another schema version, a missing or unknown key)."""
-
-
-def _json_type(tp: str) -> tuple[type, ...]:
-    """The JSON values a field annotated ``tp`` may hold (None aside)."""
-    if tp.startswith("list") or tp.startswith("List"):
-        return (list,)
-    if tp.startswith(("dict", "MeshRecord", "Cost")):
-        return (dict,)
-    return {"str": (str,), "bool": (bool,), "int": (int,)}.get(tp.split(" ")[0].split("|")[0].strip(), (object,))
 
 
 @dataclass
@@ -179,11 +176,11 @@ class Plan(_ByKey):
     cost_model: str | None = None
     parallelism: list[str] | None = None
     strategy: str | None = None
-    arguments: list[Argument] | None = None
+    arguments: list[ArgumentRecord] | None = None
     inputs: list[str] | None = None
     groups: list[dict] | None = None
-    collectives: list[Collective] | None = None
-    cost: Cost | None = None
+    collectives: list[CollectiveRecord] | None = None
+    cost: CostRecord | None = None
     baselines: dict | None = None
     search: dict | None = None
     memory_fallback: bool | None = None
@@ -208,6 +205,7 @@ class Plan(_ByKey):
     constraints: list[dict] | None = None
     routed_experts: dict | None = None
     kv_layout: dict | None = None
+    pairs: list[dict] | None = None  # the column -> row pairs in the dataflow (baselines.megatron_pairs)
     checks: dict | None = None
     mesh_choice: dict | None = None
     numerics: dict | None = None
@@ -319,21 +317,26 @@ def _fields_of(cls, data: dict, where: str) -> dict:
     missing = [k for k in cls.REQUIRED if k not in data]
     if missing:
         raise PlanSchemaError(f"{where}: plan JSON lacks {', '.join(map(repr, missing))}")
+    import typing
+
+    hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
         v = data[f.name]
-        ok = _json_type(str(f.type))
-        if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED):
+        # a record key's items are checked by _records_of, with the record's own message
+        tp = (list if RECORDS[f.name][1] else dict) if f.name in RECORDS else hints[f.name]
+        if (v is not None and not _json_ok(v, tp)) or (v is None and f.name in cls.REQUIRED):
             raise PlanSchemaError(f"{where}: plan JSON key {f.name!r} is {type(v).__name__}, "
-                                  f"not {'/'.join(t.__name__ for t in ok)}")
+                                  f"not {_json_kind(hints[f.name])}")
         out[f.name] = _records_of(f.name, v, where) if v is not None and f.name in RECORDS else _copy(v)
     return out
 
 
 def _json_ok(v, tp) -> bool:
-    """Whether JSON value ``v`` is of the annotated type ``tp`` (``int`` is a ``float``)."""
+    """Whether JSON value ``v`` is of the annotated type ``tp`` (``int`` is a ``float``; a
+    record or a plan is a JSON object): the one type check of every plan JSON key."""
     import types
     import typing
 
@@ -345,6 +348,8 @@ def _json_ok(v, tp) -> bool:
     if origin is list:
         (item,) = typing.get_args(tp) or (typing.Any,)
         return isinstance(v, list) and all(_json_ok(x, item) for x in v)
+    if origin is dict or (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+        return isinstance(v, dict)
     if tp is float:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if tp is int:
@@ -352,6 +357,23 @@ def _json_ok(v, tp) -> bool:
     if tp in (str, bool, dict):
         return isinstance(v, tp)
     return True
+
+
+def _json_kind(tp) -> str:
+    """The JSON kind a top-level key of annotated type ``tp`` holds (``dict``, ``list``,
+    ``str`` ...), for the message of a key of the wrong kind."""
+    import types
+    import typing
+
+    args = [t for t in typing.get_args(tp) if t is not type(None)] \
+        if typing.get_origin(tp) in (typing.Union, types.UnionType) else [tp]
+    kinds = []
+    for t in args:
+        origin = typing.get_origin(t) or t
+        kind = "list" if origin is list else "dict" if origin is dict or dataclasses.is_dataclass(origin) else \
+            getattr(origin, "__name__", str(origin))
+        kinds.append(kind)
+    return "/".join(dict.fromkeys(kinds))
 
 
 def _type_text(tp) -> str:
@@ -370,7 +392,7 @@ def _records_of(key: str, value, where: str):
         raise PlanSchemaError(f"{where}: plan JSON key {key!r} is {type(value).__name__}, not list")
     hints = typing.get_type_hints(record)
     fields = _RECORD_FIELDS[record]
-    name = record.__name__
+    name = record.TITLE or record.__name__
     out = []
     for i, r in enumerate(value) if many else [(None, value)]:
         at = f"{key}[{i}]" if many else key
@@ -412,10 +434,10 @@ def _r(x: float) -> float:
     return round(float(x), 3)
 
 
-def cost_of(ev: Evaluation) -> Cost:
+def cost_of(ev: Evaluation) -> CostRecord:
     """An evaluation's cost as the plan records it."""
     s = ev.score
-    return Cost(total_us=_r(s.total_us), compute_us=_r(s.compute_us), ccl_us=_r(s.ccl_us),
+    return CostRecord(total_us=_r(s.total_us), compute_us=_r(s.compute_us), ccl_us=_r(s.ccl_us),
                 ccl_count=s.ccl_count, ccl_bytes=s.ccl_bytes, memory_per_device_bytes=int(s.memory_bytes),
                 fits=bool(s.fits), layout_us=_r(ev.cost.layout_us))
 
@@ -465,12 +487,12 @@ def collective_entry(c, args: dict) -> dict:
             "layer": origin.layer if origin else None}
 
 
-def collectives_of(ev: Evaluation, args: dict) -> list[Collective]:
+def collectives_of(ev: Evaluation, args: dict) -> list[CollectiveRecord]:
     """An evaluation's collectives as the plan lists them, each with its modeled time."""
     out = []
     times = ev.cost.collective_us or [None] * len(ev.facts.collectives)
     for c, t in zip(ev.facts.collectives, times):
-        out.append(Collective(**collective_entry(c, args), time_us=_r(t), op_index=c.op_index, loc=c.loc,
+        out.append(CollectiveRecord(**collective_entry(c, args), time_us=_r(t), op_index=c.op_index, loc=c.loc,
                               producer=c.producer, reason=c.reason, cause=c.cause or None))
     return out
 
@@ -490,12 +512,13 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
                cost_model_name: str, parallelism: list[str], final: Evaluation, *,
                groups: list[dict] | None = None, baselines: dict | None = None,
                search: dict | None = None, memory_fallback: str | None = None,
-               scored: Score | None = None, notes: list[str] | None = None) -> Plan:
+               scored: Score | None = None, notes: list[str] | None = None,
+               pairs: list[dict] | None = None) -> Plan:
     args = {a.index: a for a in model.arguments}
     arguments = []
     for a in model.arguments:
         s = final.shardings.get(a.index) or TensorSharding.replicated(len(a.shape))
-        arguments.append(Argument(index=a.index, name=a.name, kind=a.kind, shape=list(a.shape), dtype=a.dtype,
+        arguments.append(ArgumentRecord(index=a.index, name=a.name, kind=a.kind, shape=list(a.shape), dtype=a.dtype,
                                   sharding=s.axis_names(), storage=final.storage.get(a.index)))
     collectives = collectives_of(final, args)
     search = search or {"candidates_evaluated": 1, "seconds": 0.0, "exhaustive": True}
@@ -511,7 +534,7 @@ def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name:
         memory_fallback=memory_fallback is not None, memory_fallback_reason=memory_fallback,
         meshes=[mesh_record(m) for m in meshes] if len(meshes) > 1 else None,
         num_layers=model.num_layers or None, architecture=model.architecture or None,
-        notes=list(notes) if notes else None, **meta,
+        notes=list(notes) if notes else None, pairs=pairs, **meta,
     )
     resized = model.meta.get("inputs_resized")  # --batch/--seq-len changed a script's token inputs
     if resized:

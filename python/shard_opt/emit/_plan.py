@@ -1,7 +1,7 @@
 """Small readers of the plan shared by the emitters.
 
 The plan is a ``shard_opt.plan.Plan``; its mesh, arguments, collectives and cost are
-records read as attributes (``plan.MeshRecord``, ``Argument``, ``Collective``, ``Cost``),
+records read as attributes (``plan.MeshRecord``, ``ArgumentRecord``, ``CollectiveRecord``, ``CostRecord``),
 the rest (baselines, groups, the architecture ...) JSON objects. These helpers read it
 defensively: optional fields may be missing (None).
 """
@@ -11,15 +11,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+from shard_opt.facts import DTYPE_BYTES, dtype_bytes  # noqa: F401  (one table: bfp8 is 1088/1024 bytes)
 from shard_opt.lowered import layer_of, role_of as role  # noqa: F401  (the emitters' names for them)
 
 INPUTS_COMPONENT = "(model inputs)"
-
-DTYPE_BYTES = {
-    "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
-    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
-    "si32": 4, "si64": 8, "ui16": 2, "si16": 2, "si8": 1,
-}
 
 
 def as_plan(plan):
@@ -29,12 +24,6 @@ def as_plan(plan):
     from shard_opt.plan import PipelinePlan, Plan, plan_from_json
 
     return plan if isinstance(plan, (Plan, PipelinePlan)) else plan_from_json(plan)
-
-
-def dtype_bytes(dtype: str | None) -> int:
-    return DTYPE_BYTES.get(dtype or "", 4)
-
-
 
 
 def mesh_of(plan) -> tuple[list[int], list[str]]:
@@ -95,7 +84,7 @@ def sdy_text(sharding) -> str:
 
 
 def collectives(plan) -> list:
-    """The plan's collectives (``plan.Collective``) in program order."""
+    """The plan's collectives (``plan.CollectiveRecord``) in program order."""
     cs = list(plan.collectives or [])
     if all(c.op_index is not None for c in cs):
         cs.sort(key=lambda c: c.op_index)
@@ -117,7 +106,7 @@ def ccl_totals(plan) -> tuple[int, int]:
 def local_elements(c) -> int:
     """Per-device operand elements of a collective."""
     if c.bytes_per_device:
-        return int(c.bytes_per_device) // dtype_bytes(c.dtype)
+        return int(int(c.bytes_per_device) // dtype_bytes(c.dtype))
     return math.prod(c.shape or [1])
 
 
@@ -304,7 +293,7 @@ def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
     if len(shape) > 2:
         return 0, 1  # conv [C_out, C_in, ...], stacked experts [E, ...]
     base = (((plan.baselines or {}).get("megatron") or {}).get("arguments") or {}).get(a.name)
-    mega_pairs = ((plan.baselines or {}).get("megatron") or {}).get("pairs") or []
+    mega_pairs = plan.pairs or []
     if base and sum(1 for d in base if d) == 1:
         split = 0 if base[0] else 1
         this = role(a.name)
@@ -318,7 +307,7 @@ def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
 
 
 def first_arg(plan, name: str):
-    """The first argument (``plan.Argument``) with this role (or name); None when there is none."""
+    """The first argument (``plan.ArgumentRecord``) with this role (or name); None when there is none."""
     for a in plan.arguments or []:
         if role(a.name) == name or a.name == name:
             return a
@@ -335,13 +324,11 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(out)
 
 
-def structural_pairs(plan) -> list[dict] | None:
-    """The column -> row pairs the Megatron baseline found in the dataflow
-    (``baselines.megatron.pairs``), each with the mesh axis this plan splits it on (None:
-    the plan does not use it). None for plans written before pairs were recorded."""
-    raw = ((plan.baselines or {}).get("megatron") or {}).get("pairs")
-    if raw is None:
-        return None
+def structural_pairs(plan) -> list[dict]:
+    """The column -> row pairs found in the model's dataflow (the plan's ``pairs``,
+    ``shard_opt.structure``), each with the mesh axis this plan splits it on (None: the
+    plan does not use it)."""
+    raw = plan.pairs or []
     classes = module_classes(plan)
     _shape, axes = mesh_of(plan)
     out = []
@@ -385,57 +372,17 @@ def structural_pairs(plan) -> list[dict] | None:
 def megatron_pairs(plan) -> list[dict]:
     """The Megatron column->row pairs this plan uses: ``[{"block", "axis", "column", "row"}]``.
 
-    From the pairs the Megatron baseline found structurally (``baselines.megatron.pairs``)
-    when the plan has them: a pair is used when its row-parallel weights are split along
-    their input dim on an axis and its column-parallel weights (those the plan splits)
-    along their output dim on the same axis. Older plans: derived from the shardings, in
-    one block, 2-D weights split along their output dim (column) and weights split on the
-    same axis along their input dim (row), the column layers first in definition order.
+    From the pairs found in the dataflow (the plan's ``pairs``, the one finder:
+    ``baselines.megatron_pairs``): a pair is used when its row-parallel weights are split
+    along their input dim on an axis and its column-parallel weights (those the plan
+    splits) along their output dim on the same axis.
     """
-    structural = structural_pairs(plan)
-    if structural is not None:
-        return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"]}
-                for p in structural if p["axis"]]
-    return _derived_pairs(plan)
-
-
-def _derived_pairs(plan) -> list[dict]:
-    raw = _param_modules(plan)
-    modules = set(raw.values())
-    classes = module_classes(plan)
-    blocks: OrderedDict[str, dict] = OrderedDict()
-    seen = set()
-    for a in plan.arguments or []:
-        if not is_weight(a) or len(a.shape or []) != 2:
-            continue
-        r = role(a.name)
-        if r in seen:
-            continue
-        seen.add(r)
-        module = raw.get(module_of(a.name), module_of(a.name))
-        block = module.rsplit(".", 1)[0] if "." in module else _block(module, modules)
-        out_dim, in_dim = io_dims(plan, a, classes) or (0, 1)
-        s = a.sharding or [[], []]
-        out_axes, in_axes = s[out_dim], s[in_dim]
-        leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
-        b = blocks.setdefault(block, {})
-        order = a.index if a.index is not None else len(seen)
-        if len(out_axes) == 1 and not in_axes:
-            b.setdefault(out_axes[0], {"column": [], "row": []})["column"].append((order, leaf))
-        elif len(in_axes) == 1 and not out_axes:
-            b.setdefault(in_axes[0], {"column": [], "row": []})["row"].append((order, leaf))
-    pairs = []
-    for block, by_axis in blocks.items():
-        for axis, cr in by_axis.items():
-            cols, rows = cr["column"], cr["row"]
-            if cols and rows and max(o for o, _ in cols) < min(o for o, _ in rows):
-                pairs.append({"block": block, "axis": axis, "column": [n for _, n in cols],
-                              "row": [n for _, n in rows]})
-    return pairs
+    return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"]}
+            for p in structural_pairs(plan) if p["axis"]]
 
 
 def pair_kind_of(plan, pair: dict) -> str:
-    for p in structural_pairs(plan) or []:
+    for p in structural_pairs(plan):
         if p["block"] == pair["block"]:
             return p["kind"]
     return ""

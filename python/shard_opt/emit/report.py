@@ -369,7 +369,7 @@ def section_architecture(plan: Plan, cite: Citer) -> list[str]:
                        + ", ".join(f"`{r}`" for r in pr["row"]) + (f" ({kind})" if kind else ""))
     else:
         out.append("No Megatron column→row pair in this plan.")
-    unused = [p for p in structural_pairs(plan) or [] if not p["axis"]]
+    unused = [p for p in structural_pairs(plan) if not p["axis"]]
     if unused:
         mega = ((plan.baselines or {}).get("megatron") or {}).get("arguments")
         split_roles = {_plan.role(n) for n, s in (mega or {}).items() if _plan.is_sharded(s)}

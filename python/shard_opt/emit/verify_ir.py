@@ -127,7 +127,7 @@ class VerifyResult:
     boundaries: list[DumpOp] = field(default_factory=list)
     const_eval: list[DumpOp] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    plan_collectives: list = field(default_factory=list)  # plan.Collective, in program order
+    plan_collectives: list = field(default_factory=list)  # plan.CollectiveRecord, in program order
     model: str = ""
 
     @property
