@@ -58,10 +58,11 @@ from dataclasses import dataclass
 from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
 from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, DECODE_ROWS, System, kernel_class
 from shard_opt.costmodel.ttnn_ops import estimated_extra_ops
+from shard_opt import kernels
 from shard_opt.errors import UserError
 from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
 
-MATMUL_KINDS = ("matmul", "linear", "conv")
+MATMUL_KINDS = tuple(k.kind for k in kernels.KERNELS if k.is_matmul)  # priced as a matmul (shard_opt.kernels)
 DISPATCH = ("traced", "untraced", "none")
 
 
@@ -147,7 +148,7 @@ class TenstorrentModel(CostModel):
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
         latency = c.latency_us.get(kernel_class(op.kind, op.name), 0.0)
-        if op.kind == "sdpa":
+        if kernels.of(op.kind).kernel_class == kernels.SDPA.kernel_class:
             math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)
             return max(latency + max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency)), c.kernel_floor_us)
         fidelity = c.fidelity_of(op.fidelity)

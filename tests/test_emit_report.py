@@ -148,6 +148,8 @@ def test_compiler_limitations_hit(plan):
                                     dtype="bf16", bytes_per_device=1048576, component="model.norm",
                                     layer=None, time_us=50.0, op_index=151, loc="", producer="x",
                                     reason="partial sums"))
+    # what a plan with a collective_permute says in its safety table (the rule finds it)
+    next(r for r in p.safety if r["rule"] == "collective-permute")["plan_breaks"] = True
     lim = _section(render_report(p, png_path=None), "## 6. Bottlenecks & compiler limitations")
     assert "collective_permute is not lowered" in lim
     assert "1x32 Galaxy mesh hangs" in lim

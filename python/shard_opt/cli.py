@@ -6,8 +6,8 @@ path of a file that reproduces it); 3 ``--verify-numerics`` found a wrong result
 output still written, marked failed). Output files are written only on success (or
 exit 3), all or none, each atomically (a temporary file renamed into place).
 
-Only the standard library and ``shard_opt.errors`` / ``shard_opt.timing`` are imported
-here at start-up: jax comes with the passes, torch with a load script or zoo model,
+Only the standard library, ``shard_opt.errors`` / ``shard_opt.timing`` and the rule
+registry (``shard_opt.rules``, for ``--allow``'s help) are imported here at start-up: jax comes with the passes, torch with a load script or zoo model,
 matplotlib with ``--report`` (``python -X importtime -m shard_opt.cli --help``).
 ``SHARD_OPT_TIMINGS=FILE`` writes the wall seconds of each phase as JSON (``timing``).
 """
@@ -95,9 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-collective-permute", action="store_true",
                    help="price collective_permute instead of rejecting it (tt-mlir issue 3370); "
                         "the same as --allow collective-permute")
+    from shard_opt.rules import IDS as RULE_IDS  # the rule registry (no jax: its modules import it lazily)
+
     p.add_argument("--allow", metavar="RULE[,RULE...]",
-                   help="turn off compiler-safety rules (shard_opt/safety.py): residual-stream, vocab-gather, "
-                        "heads, conv-spatial, collective-permute")
+                   help="turn off compiler-safety rules, one file each in shard_opt/rules/: "
+                        + ", ".join(RULE_IDS))
     p.add_argument("--spec", metavar="SPEC.py|SPEC.json",
                    help="your own shard spec (load_shard_spec(model) in a .py, or {name: spec} JSON), priced "
                         "as the loader-spec baseline (and alone with --evaluate)")

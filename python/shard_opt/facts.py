@@ -85,9 +85,10 @@ class OpWork:
       weight_bytes: the part of ``bytes_in`` that comes straight from parameters.
       dtype: result element type.
       op_index: position in the function.
-      kind: what the device runs: ``matmul`` (dot_general, convolution), a fused group
-        of ``passes/mark_fusions.py`` (``sdpa``, ``norm``, ``softmax``, ``activation``,
-        ``linear``, ``conv``), ``gather``, or ``""`` for any other op.
+      kind: what the device runs, a ``shard_opt.kernels`` entry: ``matmul`` (dot_general,
+        convolution), a fused group of ``passes/mark_fusions.py`` (``sdpa``, ``norm``,
+        ``softmax``, ``rope``, ``activation``, ``linear``, ``conv``), ``gather``,
+        ``cache_update``, or ``""`` for any other op.
       fidelity: the storage type of the block-float weight it reads (``bfp8``,
         ``bfp4``), which sets a matmul's math fidelity; None for plain weights.
     """

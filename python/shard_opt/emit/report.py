@@ -39,6 +39,7 @@ from collections import OrderedDict
 from shard_opt.emit import _plan
 from shard_opt.emit.citations import CITATIONS, Citer
 from shard_opt.plan import PipelinePlan, Plan
+from shard_opt.rules import RULES
 from shard_opt.emit._plan import component_key, megatron_pairs, structural_pairs  # noqa: F401 (re-exported)
 
 SOURCE_NAMES = {"pytorch": "PyTorch load script", "jax": "JAX function", "mlir": "StableHLO module",
@@ -1243,10 +1244,6 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     def cited(claim, about, rest=""):
         return f"{about} {cite.for_claim(claim, about)}{rest}"
 
-    rule("collective_permute", "collective_permute" in kinds,
-         lambda: cited("collective-permute-unsupported", "**collective_permute is not lowered by tt-mlir** "
-                       "(\"not implemented yet\")", ": this plan will not compile until that is fixed; choose an "
-                       "alternative."))
     rule("all_to_all", "all_to_all" in kinds,
          lambda: cited("all-to-all-slow", "all_to_all lowers to N*(N-1) pairwise point_to_point ops plus a concat, "
                        "slower than its byte count suggests", "."))
@@ -1267,21 +1264,11 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     rule("supported mesh", not _supported_mesh(shape),
          lambda: cited("tt-mlir-supported-mesh", f"**mesh {'x'.join(map(str, shape))} is not one tt-mlir accepts** "
                        "(\"Mesh is not valid\")", "."))
-    n1 = len(shape) == 2 and shape[1] == 1 and shape[0] > 1
-    sharded_out = False  # the plan leaves every result replicated (its closed, replicated boundary)
-    rule("output constraint on an (N,1) mesh", n1 and sharded_out,
-         lambda: cited("output-constraint-n1", "an output sharding constraint on an (N,1) mesh is broken", "."))
-    rule("sharded reshape", bool(plan.constraints),
-         lambda: cited("reshape-constraint-pair", "intermediate constraints are written as a replicated-then-sharded "
-                       "pair, the workaround for sharded reshapes", "."))
-    conv_spatial = False
-    for a in plan.arguments or []:
-        s = a.sharding or []
-        if "conv" in a.name.lower() and len(s) >= 4 and any(s[2:]):
-            conv_spatial = True
-    rule("spatial conv sharding", conv_spatial,
-         lambda: cited("spatial-conv-halo", "**a convolution is split on a spatial dim**, which needs a halo exchange "
-                       "tt-mlir does not expose", "; shard channels instead."))
+    # the compiler-safety rules with a limitation line, hit as the rule itself says
+    # (shard_opt.rules: Rule.in_plan reads the plan's safety table), never re-detected here
+    for r in RULES:
+        if r.limitation:
+            rule(r.id, r.in_plan(plan), lambda r=r: cited(r.limitation_claim, *r.limitation))
     return hits, checked
 
 
