@@ -157,11 +157,6 @@ class System:
         return self.meshes[0]
 
     @property
-    def link_gbps(self) -> float:
-        """Line rate of one Ethernet link, per direction (GB/s)."""
-        return self.fabric.line_rate_gbps
-
-    @property
     def usable_dram_bytes(self) -> float:
         return USABLE_DRAM_FRACTION * self.dram_bytes
 

@@ -672,11 +672,6 @@ def _is_block(owner) -> bool:
     return type(owner).__name__ == "Block"
 
 
-def _attr_names(op) -> list[str]:
-    attrs = op.operation.attributes
-    return [attrs[i].name for i in range(len(attrs))]
-
-
 @functools.lru_cache(maxsize=4096)
 def _dims_of(text: str, key: str) -> tuple[int, ...]:
     return tuple(_dims_uncached(text, key))

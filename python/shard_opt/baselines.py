@@ -104,10 +104,6 @@ def _split(rank: int, dim: int, axis: str) -> TensorSharding:
     return TensorSharding.of([[axis] if d == dim else [] for d in range(rank)])
 
 
-def replicated_shardings(model: LoweredModel) -> dict[int, TensorSharding]:
-    return {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments}
-
-
 def autoshard_groups(model: LoweredModel, mesh: Mesh) -> list[Group]:
     """AutoShardingPass's space: one axis, one dim, args >= 4096 elements, grouped by shape."""
     axis = max(zip(mesh.shape, mesh.axes))[1]  # its single shardable axis: the largest

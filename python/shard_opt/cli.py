@@ -695,10 +695,6 @@ def _verify_numerics(outcomes) -> list:
 
 def _emit_torch(outcome) -> str:
     model = outcome.model
-    if model.source == "jax":
-        from shard_opt.emit.jax_code import emit_jax
-
-        return emit_jax(outcome.plan)
     _check_torch_source(model)
     from shard_opt.emit.torch_script import emit_torch
 
@@ -709,8 +705,6 @@ def _emit_torch(outcome) -> str:
 def _check_torch_source(model) -> None:
     """Before the search: the input is a load script and the emitter finds where to write
     the plan into it (``torch_script.emit_target``), so --emit-torch cannot fail at the end."""
-    if model.source == "jax":
-        return
     if not model.script_path:
         raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
                         f"(for .mlir the annotated module is the deliverable: use -o)")

@@ -227,10 +227,6 @@ def xla_backend():
     return xla_bridge.get_backend("cpu")
 
 
-def xla_device_count() -> int:
-    return len(xla_backend().devices())
-
-
 def xla_compile(text: str, num_partitions: int, *, shardy: bool = True, to_run: bool = True):
     """Compile module text for ``num_partitions`` CPU devices, Shardy partitioner on.
 

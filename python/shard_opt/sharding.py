@@ -190,9 +190,6 @@ class TensorSharding:
             return tuple(shape)  # rank mismatch: treat as replicated
         return tuple(-(-s // self.split_factor(i, mesh)) for i, s in enumerate(shape))
 
-    def used_axes(self) -> set[str]:
-        return {a.name for d in self.dims for a in d}
-
     def body(self) -> str:
         """``<@mesh, [{"model"}, {}]>``: the attribute's body (candidate keys are made of them)."""
         return _body(self)

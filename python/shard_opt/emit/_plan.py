@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-from shard_opt.facts import DTYPE_BYTES, dtype_bytes  # noqa: F401  (one table: bfp8 is 1088/1024 bytes)
+from shard_opt.facts import dtype_bytes  # noqa: F401  (one table: bfp8 is 1088/1024 bytes)
 from shard_opt.lowered import layer_of, role_of as role  # noqa: F401  (the emitters' names for them)
 
 INPUTS_COMPONENT = "(model inputs)"
@@ -274,10 +274,6 @@ def module_classes(plan) -> dict[str, tuple[str | None, int | None]]:
     for path, info in flatten_architecture(plan.architecture).items():
         out.setdefault(role(path), (info.get("class"), info.get("flops")))
     return out
-
-
-def component_arch(plan, key: str) -> tuple[str | None, int | None]:
-    return module_classes(plan).get(key, (None, None))
 
 
 def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
