@@ -255,7 +255,7 @@ def _run_parsed(ns) -> int:
         from shard_opt.pass_manager import list_passes
 
         for name, summary in list_passes():
-            out.write(f"  {name:24s} {summary}\n")
+            out.write(f"  {name:26s} {summary}\n")
         return 0
     if ns.list_systems:
         from shard_opt import costmodel
@@ -586,7 +586,7 @@ def _refuse_partitioned(models) -> None:
     """A search starts from the module before partitioning: one whose collectives are
     explicit (``--evaluate``'s ``-o`` module) would be propagated again, and Shardy would
     reduce its partial sums twice (``evaluate.is_partitioned``)."""
-    from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS
+    from shard_opt.sdy import COLLECTIVE_OPS
 
     for m in models:
         text = getattr(m, "text", None) if getattr(m, "source", None) == "mlir" else None

@@ -23,13 +23,8 @@ from shard_opt.evaluate import (
     shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, layer_copy, same_arguments
+from shard_opt import pipelines
 from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.passes.add_mesh import AddMesh
-from shard_opt.passes.apply_constraints import ApplyConstraints
-from shard_opt.passes.apply_shardings import ApplyShardings
-from shard_opt.passes.shardy_propagate import insert_guards
-from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
-from shard_opt.passes.wrap_composites import wrap_composites
 from shard_opt.explain import (
     Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
 )
@@ -98,21 +93,21 @@ def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict 
     ``left_flat``, a list: gets, per plan, the attentions left out of tt-xla's SDPA
     composite and why (``wrap_composites``)."""
     base = ir.parse(model.text, filename=model.name)
-    # batched matmuls on every batch dim, as the evaluator priced them (evaluate.prepare) and
+    # batched matmuls on every batch dim, as the evaluator priced them (pipelines.prepare) and
     # as torch_xla writes them: the module handed over is the module priced
-    unfold_batch_matmul(base)
+    PassManager(pipelines.EXPORT_PREPARE, PassContext(arguments=model.arguments)).run(base)
+    # per plan (pipelines.export): the mesh; the shardings, results closed and replicated
+    # (the boundary rule is part of the plan, so XLA, tt-mlir and --evaluate all see the same
+    # output gather); the constraints; the guards of the rules not turned off; tt-xla's
+    # composites (passes/wrap_composites.py), so tt-mlir runs the fused kernels shard-opt priced
+    export = pipelines.export(allow, sdpa=sdpa)
     out = []
     for k, (shardings, constraints) in enumerate(plans):
         module = base if k == len(plans) - 1 else base.operation.clone()
-        ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
-        # results carry their closed, replicated sharding: the boundary rule is part of the
-        # plan, so XLA, tt-mlir and --evaluate all see the same output gather
-        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-        insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
-        # tt-xla's composites for the norms and GELUs (passes/wrap_composites.py), so tt-mlir
-        # runs them as the fused kernels shard-opt priced
         flat: list[str] = []
-        wrap_composites(module, arguments=model.arguments, left_flat=flat, sdpa=sdpa)
+        ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {},
+                          left_flat=flat)
+        PassManager(export, ctx).run(module)
         if left_flat is not None:
             left_flat.append(flat)
         out.append(ir.print_module(module))

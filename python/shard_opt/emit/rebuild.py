@@ -4,7 +4,7 @@
 ``SHARD_OPT_INPUT_SPECS``, ``SHARD_OPT_GUARDS``, ``SHARD_OPT_OUTPUT_CONSTRAINTS``) and
 helpers that apply them with ``xs.mark_sharding`` and forward hooks. What tt-mlir then
 compiles is the user's program with those annotations and nothing else: none of
-shard-opt's own guards (``shardy-propagate``'s ``insert_guards``). This harness builds that
+shard-opt's own guards (``insert-guards``). This harness builds that
 module and propagates it the way the plan was priced, so the two can be compared:
 
 1. the script's tables are read with ``ast.literal_eval`` (and the mesh from its
@@ -136,11 +136,9 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     """The module tt-xla builds from the emitted ``script_text`` for ``model`` (the
     ``LoweredModel`` of the script it was emitted from), propagated without shard-opt's
     guards (module docstring). ``guards=False`` leaves ``SHARD_OPT_GUARDS`` out."""
+    from shard_opt import pipelines
     from shard_opt.evaluate import prepare
     from shard_opt.pass_manager import PassContext, PassManager
-    from shard_opt.passes.collect_collectives import CollectCollectives
-    from shard_opt.passes.shardy_propagate import ShardyPropagate
-    from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 
     t = read_tables(script_text)
     mesh = t.mesh
@@ -180,13 +178,12 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     script_module = None
     if keep_script_module:  # the module as tt-xla hands it to tt-mlir: the user's program, annotated
         script_module = ir.parse(model.text, filename=model.name)
-        unfold_batch_matmul(script_module)  # torch_xla's batched matmuls (driver.annotate_many does the same)
+        # torch_xla's batched matmuls (the export pipeline's first step too)
+        PassManager(pipelines.EXPORT_PREPARE, PassContext(arguments=model.arguments)).run(script_module)
         _annotate(script_module, model, t, shardings, constraints, guards, decouple=False)
         script_module = ir.print_module(script_module)
     ctx2 = PassContext(mesh=mesh, arguments=model.arguments)
-    PassManager([ShardyPropagate(pipeline=pipeline, guard_opaque_ops=False, guard_moved_dims=False,
-                                 decouple_const_fanout=False),
-                 CollectCollectives()], ctx2).run(module)
+    PassManager(pipelines.rebuilt(pipeline), ctx2).run(module)
     collectives = [(c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ctx2.facts.collectives]
     return Rebuilt(collectives, applied, not_applied, ir.print_module(module) if keep_text else None, script_module)
 
@@ -196,20 +193,14 @@ def _annotate(module, model, t: Tables, shardings: dict, constraints: dict, guar
     the argument ``shardings``, the by-hand ``constraints``, then every output constraint and
     (``guards``) guard hook on the output of each module it names. What was applied, and the
     entries no module output stood for."""
+    from shard_opt import pipelines
     from shard_opt.module_outputs import READER_OPS, Graph
     from shard_opt.pass_manager import PassContext, PassManager
-    from shard_opt.passes.add_mesh import set_mesh
-    from shard_opt.passes.apply_constraints import ApplyConstraints
-    from shard_opt.passes.apply_shardings import ApplyShardings
-    from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
-    from shard_opt.passes.shardy_propagate import constraint_op
+    from shard_opt.sdy import constraint_op
 
     mesh = t.mesh
-    set_mesh(module, mesh)
-    if decouple:
-        decouple_const_fanout(module, only_sharded=False)  # as the evaluator prepares every candidate
     ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints)
-    PassManager([ApplyShardings(), ApplyConstraints()], ctx).run(module)
+    PassManager(pipelines.script(decouple=decouple), ctx).run(module)  # as the evaluator prepares every candidate
     applied = {"guards": [], "output_constraints": []}
     not_applied = []
     tables = [(t.outputs, True, "output_constraints")]
