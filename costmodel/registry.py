@@ -38,7 +38,7 @@ COST_MODELS = {
 }
 
 # Device count -> the preset a bare --mesh picks: the Wormhole system of that size
-# (DESIGN.md); 4 chips only exist as a Blackhole QuietBox 2 among the presets.
+# (docs/design.md, "Command-line contract"); 4 chips only exist as a Blackhole QuietBox 2 among the presets.
 DEFAULT_SYSTEM_BY_CHIPS = {1: "n150", 2: "n300", 4: "bh-quietbox2", 8: "wh-loudbox", 32: "wh-galaxy"}
 
 _systems: dict[str, System] | None = None

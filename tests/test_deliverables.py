@@ -698,7 +698,7 @@ def test_lit_test_passes_and_a_changed_check_fails(d):
 
 def test_outputs_are_byte_identical_across_runs_and_hash_seeds(d):
     """Two processes, PYTHONHASHSEED 0 and 123: every deliverable is byte-identical. The one
-    exception is the plan JSON's ``search.seconds``, the search's wall-clock time (DESIGN.md's
+    exception is the plan JSON's ``search.seconds``, the search's wall-clock time (docs/design.md's
     minimum plan fields require it); it is compared with that field taken out."""
     a, b = (d.runs[s] for s in SEEDS)
     for name in ["A.mlir", "R.md", PNG, "S.py", "T.mlir"]:

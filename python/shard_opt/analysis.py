@@ -4,7 +4,7 @@ Input: a module after ``shardy-propagate`` (Shardy has written ``sdy.sharding`` 
 ops and inserted explicit collectives). Output: ``ModuleFacts``. Nothing here guesses a
 collective from a pattern: it only reads the ops Shardy put in the IR.
 
-What an op costs is what it reads and writes on one device (DESIGN.md "Principles"):
+What an op costs is what it reads and writes on one device (docs/design.md, "Principles"):
 
 - an operand is read where it is stored: through the free layout ops before it
   (reshape, transpose, convert, broadcast_in_dim), so a broadcast bias is read once at

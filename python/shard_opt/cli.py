@@ -1,4 +1,4 @@
-"""The ``shard-opt`` command line (DESIGN.md "Command-line contract").
+"""The ``shard-opt`` command line (docs/design.md, "Command-line contract").
 
 ``main(args=None)`` takes its arguments as a list so tests drive it in-process.
 Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
@@ -373,7 +373,7 @@ def _run_parsed(ns) -> int:
         line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
-    if failed:  # DESIGN.md: exit 3, the outputs written and marked failed
+    if failed:  # docs/design.md: exit 3, the outputs written and marked failed
         wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
                           f"(max abs err {o.plan.numerics['max_abs_err']:.3g}, max rel err "
                           f"{o.plan.numerics['max_rel_err']:.3g})" for o in failed)

@@ -1,4 +1,4 @@
-"""The plan (DESIGN.md "Plan JSON", docs/plan.md): one typed value, every figure computed.
+"""The plan (docs/design.md, "The plan value and its JSON"; docs/plan.md): one typed value, every figure computed.
 
 ``Plan`` is what the driver builds (``build_plan``, once per model) and what every
 emitter reads (the report, the torch script, the lit test, verify-ir, the JAX code);
@@ -109,7 +109,7 @@ class CollectiveRecord(Record):
     shape: list[int]
     dtype: str
     bytes_per_device: int
-    # DESIGN.md's minimum plan JSON: a collective without group_size or layer is still a plan
+    # docs/design.md's minimum plan JSON: a collective without group_size or layer is still a plan
     group_size: int | None = None
     component: str
     layer: int | None = None
@@ -211,7 +211,7 @@ class Plan(_ByKey):
     numerics: dict | None = None
     xla_crosscheck: dict | None = None
 
-    # what a plan JSON must hold to be read (DESIGN.md's minimum fields); the driver writes
+    # what a plan JSON must hold to be read (docs/design.md's minimum fields); the driver writes
     # every key above ``meshes`` always (memory_fallback_reason null when there is none)
     REQUIRED = ("model", "mesh", "system", "arguments", "collectives", "cost", "baselines", "search")
 

@@ -6,6 +6,6 @@
 - ``verify_ir.verify_ir``: a TTIR / TTNN dump checked against the plan.
 - ``citations``: the sources every report decision cites.
 
-Each works from the typed plan, ``shard_opt.plan.Plan`` (DESIGN.md "Plan JSON"), reading its
+Each works from the typed plan, ``shard_opt.plan.Plan`` (docs/design.md, "The plan value and its JSON"), reading its
 records as attributes; a plan JSON dict given instead is read as one (``_plan.as_plan``).
 """
