@@ -27,7 +27,8 @@ def _annotated_and_evaluated():
     """The MLP with Megatron shardings, and what `--evaluate` prints for it (via the passes)."""
     from shard_opt import ir
     from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
-    from shard_opt.plan import CollectiveRecord as Collective, CostRecord as Cost, MeshRecord, collective_entry
+    from shard_opt.build import collective_entry
+    from shard_opt.plan import CollectiveRecord as Collective, CostRecord as Cost, MeshRecord
     from shard_opt.sharding import Mesh, TensorSharding
 
     m = ir.parse(MLP)

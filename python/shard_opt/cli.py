@@ -19,6 +19,7 @@ import time
 _CLI_START = time.perf_counter()  # python's start-up ends here; the rest of "import" follows
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
@@ -298,6 +299,11 @@ def _run_parsed(ns) -> int:
 
     if ns.pass_pipeline:
         return _run_pipeline(ns, meshes)
+    for spec, m in zip(ns.mesh, meshes):
+        m.check_supported()  # a mesh tt-mlir refuses is refused before any model is lowered
+        if "x" not in spec.lower() and not ns.quiet:  # a bare N: say how it was read
+            sys.stderr.write(f"shard-opt: --mesh {spec} is read as {m.spec}: a line of {m.num_devices} chips on "
+                             f"the '{m.axes[-1]}' axis (tt-mlir's meshes are 2-D; write --mesh {m.spec} to say so)\n")
 
     with timing.phase("import"):
         from shard_opt import frontends
@@ -343,40 +349,44 @@ def _run_parsed(ns) -> int:
                    allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
                    propagation=ns.propagation, weights=weights, allow=frozenset(allow),
                    check=_check_wanted(ns))
+    from shard_opt.build import Extras, build_plan
+
+    chosen = None
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")
         with timing.phase("optimize"):
             outcomes = [evaluate_existing(models[0], opts)]
-        plan_json = outcomes[0].plan
+        extras = [Extras()]
         main_text = outcomes[0].propagated_text
     else:
         if not meshes and not ns.devices:
             raise UserError("no target mesh: pass --mesh RxC (e.g. --mesh 2x4) or --devices N")
         _refuse_partitioned(models)
         with timing.phase("optimize"):
-            outcomes, plan_json = _optimize_all(models, opts, ns)
+            outcomes, extras, chosen = _optimize_all(models, opts, ns)
         main_text = outcomes[0].annotated_text
 
-    failed = []
     if ns.verify_numerics:
         with timing.phase("verify"):
-            failed = _verify_numerics(outcomes)
-        if len(outcomes) > 1:
-            plan_json.numerics = {"passed": not failed, "failed": [o.model.name for o in failed]}
+            extras = [dataclasses.replace(e, **_verify_numerics(o)) for o, e in zip(outcomes, extras)]
+    # each model's plan, built once, with what the run adds after the search (build.Extras)
+    plans = [build_plan(o.parts, e) for o, e in zip(outcomes, extras)]
+    failed = [o for o, p in zip(outcomes, plans) if p.numerics and not p.numerics["passed"]]
+    plan_json = plans[0] if len(plans) == 1 else _pipeline_plan(plans, chosen, failed if ns.verify_numerics else None)
 
     with timing.phase("emit"):
-        _emit_outputs(ns, outcomes, plan_json, main_text)
+        _emit_outputs(ns, outcomes, plans, plan_json, main_text)
     if not ns.quiet:
-        for o in outcomes:
-            sys.stderr.write(summary_line(o.plan) + "\n")
+        for p in plans:
+            sys.stderr.write(summary_line(p) + "\n")
         line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
     if failed:  # docs/design.md: exit 3, the outputs written and marked failed
-        wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
-                          f"(max abs err {o.plan.numerics['max_abs_err']:.3g}, max rel err "
-                          f"{o.plan.numerics['max_rel_err']:.3g})" for o in failed)
+        wrong = "; ".join(f"{p.model}: the sharded program does not match the unsharded one "
+                          f"(max abs err {p.numerics['max_abs_err']:.3g}, max rel err "
+                          f"{p.numerics['max_rel_err']:.3g})" for p in plans if p.numerics and not p.numerics["passed"])
         sys.stderr.write(f"shard-opt: error: numerics: {wrong}; outputs written, marked failed "
                          f"(plan numerics.passed false); check the plan with --evaluate or report it\n")
         return 3
@@ -497,7 +507,7 @@ def _marked(text: str, plan) -> str:
     return f"// shard-opt: NUMERICS FAILED: {plan.model}: {why}\n{text}" if why else text
 
 
-def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
+def _emit_outputs(ns, outcomes, plans, plan_json, main_text) -> None:
     """Every deliverable the flags ask for, written all or none (``_write_all``). A pipeline
     (several outcomes) writes each model's module, script and lit test to its own file
     (``per_model_path``); the plan JSON and the report hold every model."""
@@ -509,8 +519,8 @@ def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
     keys = file_keys([o.model.name for o in outcomes]) if pipeline else [None]
 
     def each(path: str):
-        for o, key in zip(outcomes, keys):
-            yield o, (path if key is None else per_model_path(path, key))
+        for o, p, key in zip(outcomes, plans, keys):
+            yield (o, p), (path if key is None else per_model_path(path, key))
 
     if ns.plan_json:
         files.append((ns.plan_json, dumps(plan_json)))
@@ -520,17 +530,17 @@ def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
         charts = list(each(_chart_path(ns.report))) if ns.report != "-" else []
         pngs = [os.path.basename(png) for _, png in charts]
         files.append((ns.report, render_report(plan_json, png_path=(pngs if pipeline else pngs[0]) if pngs else None)))
-        files += [(png, _chart_bytes(write_ccl_chart, o.plan)) for o, png in charts]
+        files += [(png, _chart_bytes(write_ccl_chart, p)) for (_, p), png in charts]
     if ns.emit_torch:
-        files += [(path, _emit_torch(o)) for o, path in each(ns.emit_torch)]
+        files += [(path, _emit_torch(o, p)) for (o, p), path in each(ns.emit_torch)]
     if ns.emit_lit_test:
         from shard_opt.emit.lit_test import emit_lit_test
 
         run_args = " ".join(f"--mesh {m}" for m in ns.mesh) if ns.mesh else ""
-        files += [(path, _marked(emit_lit_test(o.annotated_text, o.plan, run_args=run_args), o.plan))
-                  for o, path in each(ns.emit_lit_test)]
-    modules = [_marked(main_text, outcomes[0].plan)] if not pipeline else [
-        _marked(f"// shard-opt: model {o.model.name}\n{o.annotated_text}", o.plan) for o in outcomes]
+        files += [(path, _marked(emit_lit_test(o.annotated_text, p, run_args=run_args), p))
+                  for (o, p), path in each(ns.emit_lit_test)]
+    modules = [_marked(main_text, plans[0])] if not pipeline else [
+        _marked(f"// shard-opt: model {o.model.name}\n{o.annotated_text}", p) for o, p in zip(outcomes, plans)]
     if ns.output:
         files += [(path, text) for (_, path), text in zip(each(ns.output), modules)]
     for data in [d for p, d in files if p == "-"]:
@@ -542,7 +552,10 @@ def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
 
 
 def _optimize_all(models, opts, ns):
-    """One model or a pipeline; one mesh, several (one plan for all), or --devices N."""
+    """One model or a pipeline; one mesh, several (one plan for all), or --devices N: the
+    outcomes kept, what each plan gets from the choice (``build.Extras``: the mesh
+    ``--devices`` chose and why), and the choice itself (None without ``--devices``)."""
+    from shard_opt.build import Extras
     from shard_opt.driver import optimize
     from shard_opt.sharding import Mesh
 
@@ -559,9 +572,11 @@ def _optimize_all(models, opts, ns):
         trials.append((slowest.plan.cost.total_us or float("inf"), shape, outs, slowest))
     best = min(trials, key=lambda t: t[0])
     _, shape, outs, slowest = best
-    for o in outs:
-        _note_nothing_to_split(o.plan, opts.parallelism)
-    why = choice = None
+    for o in outs:  # replicated by necessity, not because splits lost: said loudly
+        if o.parts.explanation.nothing_to_split:
+            sys.stderr.write(f"shard-opt: WARNING: {o.model.name}: {o.parts.explanation.nothing_to_split}\n")
+    chosen = {"slowest": slowest.model.name, "why": None, "choice": None}
+    extras = [Extras() for _ in outs]
     if len(trials) > 1:
         parts = [f"{t[1].spec}: slowest model {t[0]:.1f} us" for t in trials]
         why = (f"--devices {ns.devices}: chose {shape.spec} (best for the slowest model, "
@@ -570,16 +585,21 @@ def _optimize_all(models, opts, ns):
         choice = {"devices": ns.devices, "chosen": shape.spec, "slowest": slowest.model.name,
                   "trials": [{"mesh": t[1].spec, "slowest": t[3].model.name,
                               "slowest_us": t[0] if t[0] != float("inf") else None} for t in trials]}
-        for o in outs:
-            o.plan.note(why)
-            o.plan.mesh_choice = choice
-    if len(outs) == 1:
-        return outs, outs[0].plan
+        chosen.update(why=why, choice=choice)
+        extras = [Extras(notes=(why,), mesh_choice=choice) for _ in outs]
+    return outs, extras, chosen
+
+
+def _pipeline_plan(plans, chosen: dict, failed: list | None):
+    """The plan of several models on one mesh: each model's, the mesh, the slowest model
+    and why the mesh was chosen; ``failed``: the models whose numerics failed
+    (``--verify-numerics``; None: not checked)."""
     from shard_opt.plan import PipelinePlan
 
-    plan = PipelinePlan(pipeline=[o.plan for o in outs], mesh=outs[0].plan.mesh, slowest=slowest.model.name,
-                        notes=[why] if why else None, mesh_choice=choice)
-    return outs, plan
+    numerics = {"passed": not failed, "failed": [o.model.name for o in failed]} if failed is not None else None
+    return PipelinePlan(pipeline=plans, mesh=plans[0].mesh, slowest=chosen["slowest"],
+                        notes=[chosen["why"]] if chosen["why"] else None, mesh_choice=chosen["choice"],
+                        numerics=numerics)
 
 
 def _refuse_partitioned(models) -> None:
@@ -594,22 +614,6 @@ def _refuse_partitioned(models) -> None:
             raise UserError(f"{m.name}: the module's collectives are already explicit (a partitioned module, "
                             f"such as the -o module of --evaluate); search from the module before partitioning, "
                             f"or price this one with --evaluate")
-
-
-def _note_nothing_to_split(plan, parallelism) -> None:
-    """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
-    is replicated by necessity, not because splits lost. Say so in the plan and on stderr."""
-    meshes = plan.meshes or [plan.mesh]
-    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m.axes, m.shape) if n > 1})
-    if plan.groups or not sizes:
-        return
-    note = (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
-            f"by a mesh axis ({', '.join(sizes)}), so every argument is replicated and each chip runs the whole "
-            f"model; to shard it, choose a mesh whose axis sizes divide the model's dimensions"
-            + ("" if set(parallelism) >= {"tensor", "sequence", "data"} else " or allow more --parallelism"))
-    plan.strategy = "replicated (nothing can be split on this mesh)"
-    plan.note(note)
-    sys.stderr.write(f"shard-opt: WARNING: {plan.model}: {note}\n")
 
 
 def _with_meshes(opts, meshes):
@@ -665,41 +669,36 @@ def _read_text(source: str, what: str) -> str:
         raise UserError(f"{source}: not a text file (offset {e.start} is not UTF-8); give the {what} as text") from None
 
 
-def _verify_numerics(outcomes) -> list:
-    """Run each plan sharded and unsharded on virtual XLA devices, and compare the
-    collectives XLA's own partitioner compiled with the ones shard-opt priced. Every
-    model is checked; returns the outcomes whose numerics failed (``plan["numerics"]
-    ["passed"]`` false: the run ends with exit 3 after writing the outputs, marked)."""
+def _verify_numerics(o) -> dict:
+    """Run a plan sharded and unsharded on virtual XLA devices, and compare the collectives
+    XLA's own partitioner compiled with the ones shard-opt priced: the plan's ``numerics``
+    and ``xla_crosscheck`` (``build.Extras`` fields). Every model is checked; one whose
+    numerics failed (``passed`` false) ends the run with exit 3 after writing the outputs,
+    marked."""
     from shard_opt import verify
 
-    failed = []
-    for o in outcomes:
-        n = 1
-        for s in o.plan.mesh.shape:
-            n *= s
-        res = verify.verify_numerics(o.annotated_text, num_devices=n)
-        o.plan.numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err,
-                              "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
-                              "num_devices": res.num_devices, "seed": res.seed, "reference": res.reference}
-        sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
-        if not res.passed:
-            failed.append(o)
-        comparison = verify.compare_collectives(o.plan.collectives, verify.xla_collectives(o.annotated_text, n))
-        o.plan.xla_crosscheck = {
-            "agrees": comparison.agrees, "matched": len(comparison.matched),
-            "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences],
-        }
-        sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
-    return failed
+    n = 1
+    for s in o.plan.mesh.shape:
+        n *= s
+    res = verify.verify_numerics(o.annotated_text, num_devices=n)
+    numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err, "max_rel_err": res.max_rel_err,
+                "rtol": res.rtol, "atol": res.atol, "num_devices": res.num_devices, "seed": res.seed,
+                "reference": res.reference}
+    sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
+    comparison = verify.compare_collectives(o.plan.collectives, verify.xla_collectives(o.annotated_text, n))
+    xla = {"agrees": comparison.agrees, "matched": len(comparison.matched),
+           "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences]}
+    sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
+    return {"numerics": numerics, "xla_crosscheck": xla}
 
 
-def _emit_torch(outcome) -> str:
+def _emit_torch(outcome, plan) -> str:
     model = outcome.model
     _check_torch_source(model)
     from shard_opt.emit.torch_script import emit_torch
 
     with open(model.script_path) as f:
-        return _in_script(model, emit_torch, f.read(), outcome.plan, loader=model.meta.get("loader"))
+        return _in_script(model, emit_torch, f.read(), plan, loader=model.meta.get("loader"))
 
 
 def _check_torch_source(model) -> None:

@@ -9,15 +9,16 @@ module texts the emitters need.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
-from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
+from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_shardings
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
-from shard_opt.errors import PassError, UserError
+from shard_opt.errors import UserError
 from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, group_members, is_partitioned, shardings_by_role,
     shardings_for,
@@ -25,12 +26,12 @@ from shard_opt.evaluate import (
 from shard_opt.lowered import LoweredModel, PendingModel, layer_copy, same_arguments
 from shard_opt import pipelines
 from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.explain import (
-    Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
-)
-from shard_opt.plan import Plan, build_plan, collective_entry, score_dict
+from shard_opt.build import PlanParts, build_plan, collective_entry
+from shard_opt.explain import Baselines, Found, Rules, Setting, _space, explain, explain_evaluated, score_dict
+from shard_opt.plan import Plan
 from shard_opt.search import (
-    Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
+    Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, layer_bill, make_scorer,
+    price_neighbourhood, search,
 )
 from shard_opt.sharding import Mesh, TensorSharding
 from shard_opt.structure import structure_of
@@ -57,12 +58,20 @@ class Options:
         return {"pipeline": self.propagation, "weights": self.weights, "allow": self.allow}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    plan: Plan
+    """A run on one model: what its plan is built from (``parts``), the ``-o`` module and
+    the propagated one. ``plan`` is the plan as the run left it; the command line builds
+    the one it writes with what it adds after the run (``build.Extras``)."""
+
+    parts: PlanParts
     annotated_text: str  # input module + sdy.mesh + the plan's argument shardings
     propagated_text: str  # after Shardy, with explicit collectives and accounting attrs
     model: LoweredModel
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        return build_plan(self.parts)
 
 
 def resolve_system(mesh: Mesh, name: str | None):
@@ -228,22 +237,24 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         assignment, final = checked.assignment, checked.final
         score = result.scored.get(assignment, score)
     with timing.phase("analysis"):
-        plan = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
-                       Found(groups, assignment, score, result, seconds, fallback, final),
-                       Rules(judged, removed, removed_options), Baselines(baselines, user, mega))
+        # what the explanation reads, priced once around the plan; then the explanation
+        near = price_neighbourhood(groups, assignment, scorer, result.scored, megatron=assignment_of(groups, mega),
+                                   loader=user.by_role if user is not None else None,
+                                   removed_options=removed_options, cost_model=cm)
+        explanation = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
+                              Found(groups, assignment, score, result, seconds, fallback, final),
+                              Rules(judged, removed, removed_options), Baselines(baselines, user, mega), near)
         annotated = annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow,
                              sdpa=checked.sdpa if checked is not None else True)
-        outcome = Outcome(plan, annotated, final.text, model)
-    if checked is not None:
-        checked.attach(outcome.plan)
-        if opts.progress:
-            from shard_opt.ttmlir.check import line
+    if checked is not None and opts.progress:
+        from shard_opt.ttmlir.check import line
 
-            stream.write(line(checked.plan_check) + "\n")
+        stream.write(line(checked.plan_check) + "\n")
     with timing.phase("persist"):
         scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
-    note_refusal(outcome.plan, model, mesh)
-    return outcome
+    parts = PlanParts(model, mesh, tuple(meshes), system_name, opts.cost_model, tuple(opts.parallelism), final,
+                      explanation, checked)
+    return Outcome(parts, annotated, final.text, model)
 
 
 FINALISTS = 3  # the recommendation and the next distinct plans compiled by the tt-mlir check
@@ -262,21 +273,6 @@ class Checked:
     note: str | None = None
     sdpa: bool = True  # the recommended plan compiles with attention in tt-xla's SDPA composite
 
-    def attach(self, plan: Plan) -> None:
-        check = dict(self.plan_check)
-        if self.finalists:
-            check["finalists"] = self.finalists
-        plan.checks = {**(plan.checks or {}), "tt_mlir": check}
-        if "checked_us" in check:
-            plan.cost.checked_us = check["checked_us"]
-        for name, b in self.baselines.items():
-            if name in plan.baselines:
-                plan.baselines[name]["tt_mlir"] = b
-                if "checked_us" in b:
-                    plan.baselines[name]["checked_us"] = b["checked_us"]
-        if self.note:
-            plan.note(self.note)
-
 
 def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega, user, setting,
                   stream, progress: bool = True) -> Checked:
@@ -287,7 +283,7 @@ def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, ba
     compiles (the search's own plan unless another one wins, said loudly). The baselines are
     compiled as priced, within the compiler-safety rules (``_held_to_rules``): ``mega`` and
     ``user`` (the loader's spec by role) are the shardings kept within them."""
-    from shard_opt.plan import checkable
+    from shard_opt.build import checkable
     from shard_opt.ttmlir import check as ttc
     from shard_opt.ttmlir import reference as xla_reference
 
@@ -701,37 +697,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     as_written = is_partitioned(module)
     ev = Evaluator(model, mesh, system, cm, **opts.setting(), as_written=as_written)
     final = ev.run(shardings, constraints=acts, keep_ir=True)
-    structure = structure_of(model)
-    plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final,
-                      pairs=megatron_pairs(model, structure))
-    plan.propagation = opts.propagation
-    _note_weights(plan, opts.weights, model)
-    broken = safety.broken_by(model, shardings, safety.limits(model, structure), [mesh],
-                              final.facts.violations)
-    plan.safety = safety.report({}, opts.allow, {}, broken)
-    for rule in sorted(broken - set(opts.allow)):
-        plan.note(
-            f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
-    _note_guards(plan, model, final, opts.allow)
-    note_refusal(plan, model, mesh)
-    if user is not None:
-        plan.strategy = f"the {user.source}'s shard spec ({user.where})"
-        plan.baselines = {"loader-spec": {**plan.cost.to_json(), "source": user.source, "where": user.where,
-                                             "mesh": user.mesh, "unmatched": user.unmatched,
-                                             "not_dividing": user.not_dividing}}
-        if user.activations:
-            plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
-        if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
-            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
-        if user.mesh and list(user.mesh) != list(mesh.shape):
-            plan.note(
-                f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
+    explanation = explain_evaluated(model, mesh, final, opts, structure_of(model), shardings, user, as_written)
     if as_written:
-        plan.note("the input's collectives are explicit (a module Shardy partitioned, such as the -o module of "
-                  "--evaluate): priced as written, without propagating it again")
         annotated = final.text
     else:
         annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
+    checked = None
     if opts.check and as_written:
         # tt-mlir runs Shardy on what it compiles: it would partition this module a second time
         why = ("the input is already partitioned (explicit collectives): tt-mlir compiles the module before "
@@ -740,19 +711,22 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
             sys.stderr.write(f"shard-opt: tt-mlir check skipped: {why}\n")
         from shard_opt.ttmlir import check as ttc
 
-        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
+        checked = Checked(None, final, ttc.skipped(why))
     elif opts.check:
         with timing.phase("check"):
-            check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
-    return Outcome(plan, annotated, final.text, model)
+            checked = check_evaluated(model, mesh, system, cm, final, annotated, progress=opts.progress)
+    parts = PlanParts(model, mesh, (mesh,), system_name, opts.cost_model, tuple(opts.parallelism), final,
+                      explanation, checked)
+    return Outcome(parts, annotated, final.text, model)
 
 
-def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, *, stream=None,
-                    progress: bool = True) -> None:
+def check_evaluated(model, mesh, system, cm, final, annotated: str, *, stream=None,
+                    progress: bool = True) -> Checked:
     """The tt-mlir check of an evaluated plan (``--evaluate``): its module alone, compiled by
-    tt-mlir and partitioned by XLA, into ``plan["checks"]["tt_mlir"]`` (nothing to choose
-    between, so nothing is recommended instead; a likely miscompile is said loudly)."""
-    from shard_opt.plan import checkable
+    tt-mlir and partitioned by XLA, as a ``Checked`` (its ``plan_check`` the plan's
+    ``checks.tt_mlir``; nothing to choose between, so nothing is recommended instead; a
+    likely miscompile is said loudly, in its note)."""
+    from shard_opt.build import checkable
     from shard_opt.ttmlir import check as ttc
     from shard_opt.ttmlir import reference as xla_reference
 
@@ -761,8 +735,7 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, 
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
-        return
+        return Checked(None, final, ttc.skipped(why))
     n = math.prod(mesh.shape)
     if progress:
         stream.write("shard-opt: tt-mlir: compiling the evaluated plan (--no-check skips this)\n")
@@ -774,12 +747,10 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, 
     if 0 in xla:
         ttc.hold_against_xla(chk, checked, compiled, xla[0], annotated)
     chk["check_seconds"] = round(time.perf_counter() - t0, 3)
-    plan.checks = {**(plan.checks or {}), "tt_mlir": chk}
-    if "checked_us" in chk:
-        plan.cost.checked_us = chk["checked_us"]
+    note = None
     if chk.get("likely_miscompile"):
-        plan.note(
-            "tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings ("
-            f"{chk['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
+        note = ("tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same "
+                f"shardings ({chk['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
     if progress:
         stream.write(ttc.line(chk) + "\n")
+    return Checked(None, final, chk, note=note)

@@ -13,6 +13,7 @@ from collections import OrderedDict
 
 from shard_opt.facts import dtype_bytes  # noqa: F401  (one table: bfp8 is 1088/1024 bytes)
 from shard_opt.lowered import layer_of, role_of as role  # noqa: F401  (the emitters' names for them)
+from shard_opt.sharding import TensorSharding
 
 INPUTS_COMPONENT = "(model inputs)"
 
@@ -38,49 +39,41 @@ def axis_sizes(plan) -> dict[str, int]:
     return dict(zip(axes, shape))
 
 
+def as_sharding(sharding) -> TensorSharding | None:
+    """A sharding as the emitters read it: a ``TensorSharding`` (an argument's), or per-dim
+    axis names as a plan JSON object holds them (a baseline's, a group's) read as one."""
+    if sharding is None or isinstance(sharding, TensorSharding):
+        return sharding
+    return TensorSharding.of(sharding)
+
+
 def is_sharded(sharding) -> bool:
-    return any(d for d in (sharding or []))
+    s = as_sharding(sharding)
+    return s is not None and not s.is_replicated
 
 
 def partition_spec(sharding) -> tuple:
-    """Plan sharding -> PyTorch/JAX partition spec values.
-
-    >>> partition_spec([["model"], []])
-    ('model', None)
-    >>> partition_spec([["batch", "model"], []])
-    (('batch', 'model'), None)
-    """
-    out = []
-    for dim in sharding or []:
-        if not dim:
-            out.append(None)
-        elif len(dim) == 1:
-            out.append(dim[0])
-        else:
-            out.append(tuple(dim))
-    return tuple(out)
+    """A plan sharding -> PyTorch/JAX partition spec values (``TensorSharding.partition_spec``)."""
+    s = as_sharding(sharding)
+    return s.partition_spec() if s is not None else ()
 
 
 def spec_text(sharding) -> str:
-    """The partition spec as Python source: ``("model", None)``."""
-    spec = partition_spec(sharding)
-    parts = [_spec_item(x) for x in spec]
-    if len(parts) == 1:
-        return "(" + parts[0] + ",)"
-    return "(" + ", ".join(parts) + ")"
-
-
-def _spec_item(x) -> str:
-    if x is None:
-        return "None"
-    if isinstance(x, tuple):
-        return "(" + ", ".join(f'"{a}"' for a in x) + ")"
-    return f'"{x}"'
+    """The partition spec as Python source: ``("model", None)`` (``TensorSharding.spec_text``)."""
+    s = as_sharding(sharding)
+    return s.spec_text() if s is not None and s.rank else "()"
 
 
 def sdy_text(sharding) -> str:
     """``[{"model"}, {}]`` (the Shardy dims list)."""
-    return "[" + ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in (sharding or [])) + "]"
+    s = as_sharding(sharding)
+    return s.dims_text() if s is not None else "[]"
+
+
+def axis_names(sharding) -> list[list[str]]:
+    """Per dim, the axes a sharding splits it on (``[]`` whole)."""
+    s = as_sharding(sharding)
+    return s.axis_names() if s is not None else []
 
 
 def collectives(plan) -> list:
@@ -256,11 +249,11 @@ def flatten_architecture(arch) -> dict[str, dict]:
         for child in node.get("children") or []:
             visit(child, path)
 
-    if isinstance(arch, list):
+    if isinstance(arch, (list, tuple)):
         for node in arch:
             visit(node, "")
     elif isinstance(arch, dict):
-        if isinstance(arch.get("modules"), list):
+        if isinstance(arch.get("modules"), (list, tuple)):
             for node in arch["modules"]:
                 visit(node, "")
         else:
@@ -293,7 +286,7 @@ def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
     if base and sum(1 for d in base if d) == 1:
         split = 0 if base[0] else 1
         this = role(a.name)
-        if any(this in p.get("row") or [] for p in mega_pairs):
+        if any(this in p.row for p in mega_pairs):
             return 1 - split, split
         return split, 1 - split
     cls = (classes if classes is not None else module_classes(plan)).get(module_of(a.name), (None, None))[0]
@@ -329,29 +322,43 @@ def structural_pairs(plan) -> list[dict]:
     _shape, axes = mesh_of(plan)
     out = []
     for p in raw:
-        cols, rows = list(p.get("column") or []), list(p.get("row") or [])
+        cols, rows = list(p.column), list(p.row)
         if not cols or not rows:
             continue  # an output head (lm_head): column-parallel on its own, no pair
         mods = [_strip_index(module_of(r)) for r in cols + rows]
-        block = _common_prefix(mods) or mods[0]
+        # the block holding both sides; weights of one module (a conv's weight feeding the
+        # next conv) or of modules with nothing in common keep their module's name
+        block = _common_prefix(mods)
+        if block in mods and len(set(mods)) > 1:
+            block = block.rpartition(".")[0]
 
         def leaf(r):
             m = _strip_index(module_of(r))
-            return m[len(block) + 1:] if m.startswith(block + ".") else r.rsplit(".", 1)[-1]
+            return (m[len(block) + 1:] if block and m.startswith(block + ".") else m) or r.rsplit(".", 1)[-1]
 
-        entry = {"block": block, "kind": p.get("kind") or "", "axis": None,
+        entry = {"block": block, "kind": p.kind or "", "axis": None,
                  "column": list(dict.fromkeys(leaf(r) for r in cols)), "row": list(dict.fromkeys(leaf(r) for r in rows)),
-                 "column_used": [], "roles": cols + rows}
+                 "column_used": [], "roles": cols + rows, "column_roles": cols}
+
+        dims = {}  # role -> the dim the dataflow pairs (its output features, or its input features)
+        for roles, ds in ((cols, p.column_dims), (rows, p.row_dims)):
+            dims.update(zip(roles, ds or ()))
 
         def split_on(r, axis, side):
-            """Whether role ``r`` is split on ``axis`` on its outputs (side 0) or inputs
-            (side 1; experts: their stacking dim); None when its dims are unknown."""
+            """Whether role ``r`` is split on ``axis`` on the dim the pair pairs (its outputs,
+            side 0, or inputs, side 1); None when its dims are unknown. A plan JSON written
+            before the pairs carried their dims: the dim from the weight's orientation."""
             a = first_arg(plan, r)
-            io = a and io_dims(plan, a, classes)
-            if not io:
+            if a is None:
                 return None
-            s = a.sharding or []
-            dim = 0 if entry["kind"] == "experts" else io[side]
+            if r in dims:
+                dim = dims[r]
+            else:
+                io = io_dims(plan, a, classes)
+                if not io:
+                    return None
+                dim = 0 if entry["kind"] == "experts" else io[side]
+            s = axis_names(a.sharding)
             return axis in (s[dim] if dim < len(s) else [])
 
         for axis in axes:
@@ -373,15 +380,14 @@ def megatron_pairs(plan) -> list[dict]:
     along their input dim on an axis and its column-parallel weights (those the plan
     splits) along their output dim on the same axis.
     """
-    return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"]}
+    return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"], "kind": p["kind"],
+             "row_roles": [r for r in p["roles"] if r not in p["column_roles"]]}
             for p in structural_pairs(plan) if p["axis"]]
 
 
 def pair_kind_of(plan, pair: dict) -> str:
-    for p in structural_pairs(plan):
-        if p["block"] == pair["block"]:
-            return p["kind"]
-    return ""
+    """What a pair is (``attention``, ``mlp``, ``conv``, ``experts``), as the dataflow found it."""
+    return pair.get("kind") or ""
 
 
 def pairs_under(pairs: list[dict], key: str) -> list[dict]:

@@ -256,7 +256,7 @@ def check(script_text: str, model, plan, **kwargs) -> dict:
     """``rebuild`` and ``compare`` with the plan's collectives, as one dict (``plan``: the
     ``Plan``, or its plan JSON dict: ``_plan.as_plan``)."""
     plan = _plan.as_plan(plan)
-    r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", **kwargs)
+    r = rebuild(script_text, model, pipeline=plan.propagation or "tt-mlir", **kwargs)
     out = compare(priced_collectives(plan), r.collectives)
     out.update({"applied": r.applied, "not_applied": r.not_applied, "rebuilt": len(r.collectives),
                 "priced": len(priced_collectives(plan)), "script_module": r.script_module})
@@ -276,7 +276,7 @@ def compile_with_tt_mlir(script_text: str, model, plan, **kwargs) -> dict:
     ok, why = ttc.status()
     if not ok:
         return {"skipped": why}
-    r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", keep_script_module=True, **kwargs)
+    r = rebuild(script_text, model, pipeline=plan.propagation or "tt-mlir", keep_script_module=True, **kwargs)
     return compile_script_module(r.script_module, plan)
 
 
@@ -290,10 +290,10 @@ def compile_script_module(script_module: str, plan) -> dict:
     if not ok:
         return {"skipped": why}
     shape = tuple(plan.mesh.shape)
-    system = costmodel.get_system(plan["system"])
+    system = costmodel.get_system(plan.system)
     (compiled,) = ttc.compile_all([ttc.Job("script", script_module, math.prod(shape))], system, shape)
     out = ttc.summarize(plan, compiled, system)
-    priced = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("stages")
+    priced = ((plan.checks or {}).get("tt_mlir") or {}).get("stages")
     if priced and compiled.compiled:
         out["same_as_priced_module"] = all(out["stages"].get(k) == v for k, v in priced.items())
     return out
@@ -320,10 +320,10 @@ def main(argv=None) -> int:
             p.error(str(e))
     with open(ns.script) as f:
         script = f.read()
-    resized = plan.get("inputs_resized") is not None  # --batch / --seq-len changed the script's inputs
-    model = frontends.load(ns.model, layers=ns.layers, dtype=plan.get("dtype") or "bf16",
-                           batch=plan.get("batch") if resized else None, seq_len=plan.get("seq_len") if resized else None,
-                           phase=plan.get("phase") or "prefill")
+    resized = plan.inputs_resized is not None  # --batch / --seq-len changed the script's inputs
+    model = frontends.load(ns.model, layers=ns.layers, dtype=plan.dtype or "bf16",
+                           batch=plan.batch if resized else None, seq_len=plan.seq_len if resized else None,
+                           phase=plan.phase or "prefill")
     result = check(script, model, plan, guards=not ns.no_guards, keep_script_module=ns.tt_mlir)
     applied = result["applied"]
     print(f"applied: {len(applied['params'])} parameter specs, {len(applied['inputs'])} input specs, "
