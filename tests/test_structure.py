@@ -62,10 +62,10 @@ def test_pairs_are_reported_by_role(llama):
     assert {"kind": "attention", "column": ["model.layers.*.self_attn.q_proj.weight",
                                             "model.layers.*.self_attn.k_proj.weight",
                                             "model.layers.*.self_attn.v_proj.weight"],
-            "row": ["model.layers.*.self_attn.o_proj.weight"]} in pairs
+            "row": ["model.layers.*.self_attn.o_proj.weight"], "column_dims": [0, 0, 0], "row_dims": [1]} in pairs
     assert {"kind": "mlp", "column": ["model.layers.*.mlp.gate_proj.weight", "model.layers.*.mlp.up_proj.weight"],
-            "row": ["model.layers.*.mlp.down_proj.weight"]} in pairs
-    assert {"kind": "head", "column": ["lm_head.weight"], "row": []} in pairs
+            "row": ["model.layers.*.mlp.down_proj.weight"], "column_dims": [0, 0], "row_dims": [1]} in pairs
+    assert {"kind": "head", "column": ["lm_head.weight"], "row": [], "column_dims": [0], "row_dims": []} in pairs
 
 
 def test_few_kv_heads_stay_replicated(llama):

@@ -19,6 +19,7 @@ from shard_opt import analysis, costmodel, ir, parallel, safety, timing
 from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_shardings
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
 from shard_opt.errors import UserError
+from shard_opt.evaluation import Candidate
 from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, group_members, is_partitioned, shardings_by_role,
     shardings_for,
@@ -155,7 +156,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     mega_written = megatron_shardings(model, mesh, structure=structure)
     mega, _ = _within_limits(model, mega_written, limit, meshes)
     baselines, autoshard, user, user_kept = {}, None, None, None
-    priced_by: dict = {}  # baseline -> what its figures price ({"figure"|"as_written": (shardings, constraints)})
+    priced_by: dict = {}  # baseline -> what its figures price ({"figure"|"as_written": Candidate})
     with timing.phase("baselines"):
         if opts.baselines:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
@@ -549,12 +550,12 @@ def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -
 
 
 def _record(priced_by: dict, name: str, adjusted: list, written: tuple, within: tuple | None) -> None:
-    """What a baseline's figures price, (argument shardings, constraints) on the whole model:
-    ``figure`` its ``total_us`` (within the rules when ``adjusted``), ``as_written`` its
-    figure as written when that differs (``_held_to_rules``)."""
-    priced_by[name] = {"figure": within if adjusted else written}
+    """What a baseline's figures price on the whole model, as ``Candidate`` s (given as
+    (argument shardings, constraints)): ``figure`` its ``total_us`` (within the rules when
+    ``adjusted``), ``as_written`` its figure as written when that differs (``_held_to_rules``)."""
+    priced_by[name] = {"figure": Candidate.of(*(within if adjusted else written))}
     if adjusted:
-        priced_by[name]["as_written"] = written
+        priced_by[name]["as_written"] = Candidate.of(*written)
 
 
 def price_whole(model, mesh, system, cm, setting: dict, baselines: dict, priced_by: dict) -> None:
@@ -569,15 +570,13 @@ def price_whole(model, mesh, system, cm, setting: dict, baselines: dict, priced_
         if not got or entry is None:
             continue
         if entry.get("total_us") is not None:
-            shardings, constraints = got["figure"]
-            s = whole.score_of(shardings, constraints)
+            s = whole.score_of(got["figure"].shardings, got["figure"].constraints)
             extrapolated = entry["total_us"]
             entry.update(score_dict(s))
             entry["extrapolated_us"] = extrapolated
             entry["priced"] = "whole model"
         if "as_written" in got and entry.get("as_written", {}).get("total_us") is not None:
-            shardings, constraints = got["as_written"]
-            s = whole.score_of(shardings, constraints)
+            s = whole.score_of(got["as_written"].shardings, got["as_written"].constraints)
             entry["as_written"].update({k: v for k, v in score_dict(s).items() if k in entry["as_written"]})
 
 

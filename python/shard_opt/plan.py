@@ -5,7 +5,7 @@ on one mesh; the records under them (``MeshRecord``, ``ArgumentRecord``,
 ``CollectiveRecord``, ``CostRecord``, ``PairRecord``: ``RECORDS``) are dataclasses whose
 fields are their JSON keys, named apart from the engine's ``lowered.Argument``,
 ``facts.Collective`` and ``facts.Cost`` they are written from. Every one is frozen, and
-so is what it holds: a list is a tuple, a JSON object a ``FrozenDict``, an argument's
+so is what it holds: a list is a ``FrozenList``, a JSON object a ``FrozenDict``, an argument's
 sharding a ``sharding.TensorSharding``. A plan is built once, from the search's result,
 the explanation and the checks (``shard_opt.build``), and read by every emitter (the
 report, the torch script, the lit test, verify-ir); to vary one (a test), build another
@@ -53,15 +53,40 @@ class FrozenDict(dict):
         return self
 
 
+class FrozenList(list):
+    """A JSON list that cannot change (equal to the list it was made from)."""
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("a plan is frozen: build another (dataclasses.replace)")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen  # type: ignore
+    append = extend = insert = remove = pop = clear = sort = reverse = _frozen  # type: ignore
+
+    def __hash__(self):  # noqa: D105
+        return hash(tuple(self))
+
+    def __reduce__(self):
+        return FrozenList, (list(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 def freeze(v):
     """A JSON value (or a record, a sharding) as the plan holds it: every dict a
-    ``FrozenDict``, every list a tuple, all the way down."""
-    if isinstance(v, FrozenDict) or isinstance(v, (Record, TensorSharding)):
+    ``FrozenDict``, every list a ``FrozenList``, all the way down."""
+    if isinstance(v, (FrozenDict, FrozenList, Record, TensorSharding)):
         return v
     if isinstance(v, dict):
         return FrozenDict({k: freeze(x) for k, x in v.items()})
     if isinstance(v, (list, tuple)):
-        return tuple(freeze(x) for x in v)
+        return FrozenList(freeze(x) for x in v)
     return v
 
 
@@ -141,6 +166,14 @@ class Record(_ByKey):
     def _holds(self, key: str) -> bool:
         f = _RECORD_FIELDS[type(self)].get(key)
         return f is not None and self._written(f)
+
+    def __getitem__(self, key: str):
+        v = super().__getitem__(key)
+        codec = self.CODECS.get(key)
+        return codec[2](v) if codec is not None and v is not None else v  # its JSON, as the key reads
+
+    def get(self, key: str, default=None):
+        return self[key] if self._holds(key) else default
 
 
 @dataclass(frozen=True, kw_only=True)
