@@ -1,6 +1,7 @@
 """The plan, built once: from the search's result, the explanation and the checks.
 
-``build_plan`` is the one place a ``shard_opt.plan.Plan`` is made. It reads what the run
+``build_plan`` is the one place a ``shard_opt.plan.Plan`` is made (``build_pipeline_plan``
+the one place a ``PipelinePlan`` is, from the models' plans). It reads what the run
 decided, as values: the model and the setting, the whole-model evaluation of the plan
 (``evaluation.Evaluation``), the explanation (``explain.Explanation``), the tt-mlir check
 (``driver.Checked``, None without one) and what the command line adds after the run
@@ -17,7 +18,9 @@ from shard_opt.dataflow import CONSTANT_OPS
 from shard_opt.evaluation import Evaluation
 from shard_opt.explain import Explanation, score_dict
 from shard_opt.lowered import LoweredModel
-from shard_opt.plan import ArgumentRecord, CollectiveRecord, CostRecord, MeshRecord, PairRecord, Plan, thaw
+from shard_opt.plan import (
+    ArgumentRecord, CollectiveRecord, CostRecord, MeshRecord, PairRecord, PipelinePlan, Plan, thaw,
+)
 from shard_opt.sharding import Mesh, TensorSharding
 
 
@@ -104,6 +107,16 @@ def build_plan(parts: PlanParts, extras: Extras = Extras()) -> Plan:
         checks={"tt_mlir": check} if check is not None else None, mesh_choice=extras.mesh_choice,
         numerics=extras.numerics, xla_crosscheck=extras.xla_crosscheck, **meta,
     )
+
+
+def build_pipeline_plan(plans: list[Plan], slowest: str, *, why: str | None = None, choice: dict | None = None,
+                        failed: list[str] | None = None) -> PipelinePlan:
+    """The plan of several models on one mesh: each model's (``build_plan``), the mesh,
+    the slowest model and why the mesh was chosen (``--devices``); ``failed``: the models
+    whose numerics failed (``--verify-numerics``; None: not checked)."""
+    numerics = {"passed": not failed, "failed": list(failed)} if failed is not None else None
+    return PipelinePlan(pipeline=plans, mesh=plans[0].mesh, slowest=slowest, notes=[why] if why else None,
+                        mesh_choice=choice, numerics=numerics)
 
 
 def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> Plan:

@@ -349,7 +349,7 @@ def _run_parsed(ns) -> int:
                    allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
                    propagation=ns.propagation, weights=weights, allow=frozenset(allow),
                    check=_check_wanted(ns))
-    from shard_opt.build import Extras, build_plan
+    from shard_opt.build import Extras, build_pipeline_plan, build_plan
 
     chosen = None
     if ns.evaluate:
@@ -373,7 +373,9 @@ def _run_parsed(ns) -> int:
     # each model's plan, built once, with what the run adds after the search (build.Extras)
     plans = [build_plan(o.parts, e) for o, e in zip(outcomes, extras)]
     failed = [o for o, p in zip(outcomes, plans) if p.numerics and not p.numerics["passed"]]
-    plan_json = plans[0] if len(plans) == 1 else _pipeline_plan(plans, chosen, failed if ns.verify_numerics else None)
+    plan_json = plans[0] if len(plans) == 1 else build_pipeline_plan(
+        plans, chosen["slowest"], why=chosen["why"], choice=chosen["choice"],
+        failed=[o.model.name for o in failed] if ns.verify_numerics else None)
 
     with timing.phase("emit"):
         _emit_outputs(ns, outcomes, plans, plan_json, main_text)
@@ -588,18 +590,6 @@ def _optimize_all(models, opts, ns):
         chosen.update(why=why, choice=choice)
         extras = [Extras(notes=(why,), mesh_choice=choice) for _ in outs]
     return outs, extras, chosen
-
-
-def _pipeline_plan(plans, chosen: dict, failed: list | None):
-    """The plan of several models on one mesh: each model's, the mesh, the slowest model
-    and why the mesh was chosen; ``failed``: the models whose numerics failed
-    (``--verify-numerics``; None: not checked)."""
-    from shard_opt.plan import PipelinePlan
-
-    numerics = {"passed": not failed, "failed": [o.model.name for o in failed]} if failed is not None else None
-    return PipelinePlan(pipeline=plans, mesh=plans[0].mesh, slowest=chosen["slowest"],
-                        notes=[chosen["why"]] if chosen["why"] else None, mesh_choice=chosen["choice"],
-                        numerics=numerics)
 
 
 def _refuse_partitioned(models) -> None:
