@@ -1,10 +1,15 @@
-"""From a lowered model to a plan: search (or evaluate), baselines, memory fallback.
+"""From a lowered model to what its plan is built from: search (or evaluate), baselines,
+memory fallback, the tt-mlir check.
 
-``optimize`` is the main job (the orchestration: baselines, search, memory fallback, the
-tt-mlir check and its re-rank); the explanation the plan carries is written by
-``shard_opt.explain``. ``evaluate_existing`` prices the shardings already in an
-annotated module (``--evaluate``). Both return an ``Outcome`` with the ``Plan`` and the
-module texts the emitters need.
+``optimize`` is the main job, in one straight line: the setting, the baselines (priced
+first: they seed the search), the search and its memory fallback, the whole-model
+evaluation, the baselines re-priced on the whole model, the tt-mlir check and its re-rank,
+the neighbourhood of the plan priced once (``search.price_neighbourhood``), the
+explanation (``shard_opt.explain``, which prices nothing), the ``-o`` module.
+``evaluate_existing`` prices the shardings already in an annotated module
+(``--evaluate``). Both return an ``Outcome``: what the plan is built from
+(``build.PlanParts``) and the module texts the emitters need; the plan itself is built
+once, by ``build.build_plan``.
 """
 
 from __future__ import annotations
@@ -242,7 +247,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         near = price_neighbourhood(groups, assignment, scorer, result.scored, megatron=assignment_of(groups, mega),
                                    loader=user.by_role if user is not None else None,
                                    removed_options=removed_options, cost_model=cm)
-        explanation = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
+        explanation = explain(Setting(model, mesh, meshes, structure, opts),
                               Found(groups, assignment, score, result, seconds, fallback, final),
                               Rules(judged, removed, removed_options), Baselines(baselines, user, mega), near)
         annotated = annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow,

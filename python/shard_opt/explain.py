@@ -28,16 +28,12 @@ from shard_opt.weights import WeightFormats
 
 @dataclass(frozen=True)
 class Setting:
-    """Where the plan was searched: the model, its meshes and system, the cost model and
-    the scorer the search priced candidates with, the model's structure and the run's
-    options (``driver.Options``)."""
+    """Where the plan was searched: the model, its meshes, the model's structure and the
+    run's options (``driver.Options``)."""
 
     model: LoweredModel
     mesh: Mesh
     meshes: list[Mesh]
-    system_name: str
-    cm: object
-    scorer: object
     structure: object
     opts: object
 
