@@ -783,7 +783,7 @@ def section_components(plan: Plan, cite: Citer) -> list[str]:
         out += [title, ""]
         out += _chosen(plan, comp, classes)
         out += _why(plan, key, comp, mine, layers_here, cite)
-        out += _rejected(plan, key, comp, rejected)
+        out += _rejected(plan, key, comp, rejected, cite)
         out += _ccls(plan, comp, mine, layers_here, cite)
         out.append("")
     out += _sites(plan, rejected, cite)
@@ -854,7 +854,7 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
     return ["- **Why:** " + " ".join(sentences)]
 
 
-def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
+def _alternative_line(plan: Plan, key: str, g: dict, alt: dict, cite: Citer | None = None) -> str:
     cost = plan.cost
     leaf = _leaf(g.get("role", "?"), key)
     option = _md(alt.get("option", "?"))
@@ -866,9 +866,9 @@ def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
             + (f" ({dn:+d} CCL{'s that move' if abs(dn) != 1 else ' that moves'} data)" if dn else ""))
     total, delta = alt.get("total_us"), alt.get("delta_us")
     if total is None or not math.isfinite(total):
-        return head + "; " + _removed_by(plan, alt) + "."
+        return head + "; " + _removed_by(plan, alt, cite) + "."
     if _broken_rules(plan, alt):  # priced with its times kept, but never a plan the search may pick
-        head += "; " + _removed_by(plan, alt) + "; priced as if the rule did not apply"
+        head += "; " + _removed_by(plan, alt, cite) + "; priced as if the rule did not apply"
     if delta is None and cost.total_us is not None:
         delta = total - cost.total_us
     nbytes = alt.get("ccl_bytes")
@@ -891,16 +891,24 @@ def _broken_rules(plan, alt: dict) -> list[dict]:
     return [rows[r] for r in named if r in rows and not rows[r].get("allowed")]
 
 
-def _removed_by(plan, alt: dict) -> str:
+def _removed_by(plan, alt: dict, cite: Citer | None = None) -> str:
     """Why an alternative has no figure: the compiler-safety rules it breaks (its reason
     starts ``breaks R1, R2``, as the search writes it), each with its title and detail from
-    the plan's safety table; else that it was priced infinite."""
+    the plan's safety table, the detail followed by the rule's source (``cite``); else that
+    it was priced infinite."""
     rules = _broken_rules(plan, alt)
     if not rules:
         return "cannot run (priced infinite)"
-    return "not an option: " + "; ".join(
-        f"it breaks the `{r['rule']}` rule ({_md(r.get('title') or '')}): {_md(r.get('detail') or '')}".rstrip(": ")
-        for r in rules)
+
+    def why(r) -> str:
+        text = f"it breaks the `{r['rule']}` rule ({_md(r.get('title') or '')}): {_md(r.get('detail') or '')}"
+        text = text.rstrip(": ")
+        key = r.get("citation")
+        if cite is not None and key and r.get("detail") and cite.supports(key, "compiler-limitation"):
+            text += f" {cite.for_claim('compiler-limitation', text, via=(key,))}"
+        return text
+
+    return "not an option: " + "; ".join(why(r) for r in rules)
 
 
 SAME_US = 0.05  # alternatives within this of the plan, with its collectives, read as one line
@@ -945,14 +953,14 @@ def _local_slices(reason: str) -> str:
     return ", ".join([p for p in parts[:at] if p] + [words] + [p for p in parts[at:] if p])
 
 
-def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]]) -> list[str]:
+def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]], cite: Citer | None = None) -> list[str]:
     """The lines for (group, alternative) pairs, cheapest first; those that cost what the
     plan costs with its collectives (``_same_as_plan``) as one line when there are several."""
     same = [(g, a) for g, a in items if _same_as_plan(a)]
     rest = [(g, a) for g, a in items if not _same_as_plan(a)] if len(same) > 1 else items
     rest = sorted(rest, key=lambda x: (x[1].get("total_us") is None or not math.isfinite(x[1]["total_us"]),
                                        x[1].get("delta_us") or 0))
-    lines = [_alternative_line(plan, key, g, a) for g, a in rest]
+    lines = [_alternative_line(plan, key, g, a, cite) for g, a in rest]
     if len(same) > 1:
         shown = _some([f"`{_leaf(g.get('role', '?'), key)}` → {_md(a.get('option', '?'))}" for g, a in same])
         sliced = sum(1 for _, a in same if a.get("collectives_delta"))
@@ -1038,12 +1046,13 @@ def _shown_as_alternative(r: dict, groups: list[dict]) -> bool:
                for g in groups for a in g.get("alternatives") or [])
 
 
-def _rejected(plan: Plan, key: str, comp: dict, rejected: list) -> list[str]:
+def _rejected(plan: Plan, key: str, comp: dict, rejected: list, cite: Citer | None = None) -> list[str]:
     """Per group, each alternative priced on the whole model (every other group at the
     plan's choice), cheapest first; then the search's whole-model alternatives that
     changed this component."""
     cost = plan.cost
-    lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []])
+    lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []],
+                               cite)
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         changed = r.get("arguments_changed") or {}
         if key not in {_changed_component(plan, k) for k in changed} or _shown_as_alternative(r, comp["groups"]):
@@ -1174,7 +1183,7 @@ def _sites(plan: Plan, rejected: list, cite: Citer) -> list[str]:
                + "; ".join(f"`{g['role']}`: {_md((g.get('why') or '').split('; best alternative')[0])}"
                            for g in sites) + ".")
     keys = {g["role"] for g in sites}
-    lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []])
+    lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []], cite)
     cost = plan.cost
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys and not _shown_as_alternative(r, sites):
