@@ -305,3 +305,59 @@ def test_a_plan_that_fails_the_numerics_is_passed_over_for_the_next_that_passes(
     assert chosen is good
     assert bad.numerics.status == "failed" and good.numerics.status == "passed", (bad.numerics, good.numerics)
     assert bad.verdict("none").deliverable is False and good.verdict("none").verified
+
+
+GQA = os.path.join(SCRIPTS, "gqa_llama.py")
+
+
+@needs_plugin
+def test_numerics_run_on_a_layer_copy_when_the_whole_model_is_too_large(run_cli, tmp_path, monkeypatch):
+    """A 4-layer model whose arguments exceed what a run may take runs its numerics on the
+    2-layer copy the search scores (the plan applied by role, compiled by tt-mlir too), and the
+    verdict says so."""
+    from shard_opt import frontends
+    from shard_opt.deliverable import _arg_types
+
+    model = frontends.load(GQA)
+    whole, copy = (num.memory_needed(_arg_types(m)) for m in (model, model.with_layers(2)))
+    assert copy < whole
+    monkeypatch.setenv(num.MEMORY_ENV, str((copy + whole) / 2 / 2**30))
+    p = tmp_path / "p.json"
+    code, _, err = run_cli(GQA, "--mesh", "1x8", "--check", "--plan-json", p)
+    assert code == 0, err
+    chk = json.loads(p.read_text())["checks"]["tt_mlir"]
+    assert chk["numerics"]["module"] == "the 2-layer copy" and chk["numerics"]["status"] == "passed", chk["numerics"]
+    assert "numerics passed on the 2-layer copy" in chk["verdict"]["words"]
+
+
+@needs_plugin
+def test_a_model_too_large_for_any_numerics_ships_its_compiled_plan_unverified(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv(num.MEMORY_ENV, "0.000001")
+    p = tmp_path / "p.json"
+    code, _, err = run_cli(MLP, "--mesh", "2x4", "--check", "--plan-json", p)
+    assert code == 0, err
+    v = json.loads(p.read_text())["checks"]["tt_mlir"]["verdict"]
+    assert v["deliverable"] and v["compiled"] and v["numerics"] == "not run"
+    assert num.MEMORY_ENV in v["why"] and "needs about" in v["why"]
+
+
+def test_a_composites_off_deliverable_tells_the_script_how_to_compile(run_cli, tmp_path):
+    """A plan that ships in its composites-off form (tt-mlir refused it with tt-xla's
+    composites on): the emitted script's block says so and sets tt-xla's option."""
+    from shard_opt.emit.torch_script import emit_torch
+    from shard_opt.plan import Plan
+    from shard_opt.verdict import Verdict
+
+    p = tmp_path / "p.json"
+    code, _, err = run_cli(GQA, "--layers", "1", "--mesh", "1x8", "--no-check", "--plan-json", p)
+    assert code == 0, err
+    plan = Plan.from_json(json.loads(p.read_text()))
+    refused = "INTERNAL: 'ttir.scaled_dot_product_attention' op Query and result must have the same type"
+    v = Verdict(True, True, "off", refused=refused, numerics="passed")
+    plan.checks = {"tt_mlir": {"verdict": v.to_json()}}
+    script = emit_torch(open(GQA).read(), plan)
+    assert 'SHARD_OPT_TORCH_COMPILE_OPTIONS = {"tt_enable_composite_ops": False}' in script
+    assert 'torch.compile(model, backend="tt", options=SHARD_OPT_TORCH_COMPILE_OPTIONS)' in script
+    assert "Query and result must have the same type" in _script_verdict(script)
+    assert _script_verdict(script) == v.line()
+    compile(script, "s.py", "exec")  # still Python
