@@ -152,7 +152,7 @@ def test_the_emitted_script_compiles_with_tt_mlir_to_the_priced_module(run_cli, 
     assert tt["compiled"] and tt["matches"] and tt["same_as_priced_module"], tt["differences"]
     assert tt["stages"] == plan["checks"]["tt_mlir"]["stages"]
     # the 10 local slices the plan prices, one each (6 before the module was handed over with
-    # its batched matmuls unfolded, as it is priced: driver.annotate_many)
+    # its batched matmuls unfolded, as it is priced: annotate.annotate_many)
     assert tt["stages"]["ttir"] == {"all_gather": 4, "all_reduce": 4, "all_slice": 10}
     assert sum(c["kind"] == "all_slice" for c in plan["collectives"]) == 10
     # without the hooks tt-mlir's shlo_compiler gathers the fused outputs 6 more times (its
