@@ -415,7 +415,7 @@ def numerics_target(model):
 
     budget = num.memory_budget()
     need = num.memory_needed(_arg_types(model))
-    if budget is None or need <= budget:
+    if need <= budget:
         return model, "the whole model", None
     layers = model.num_layers or 0
     if model.with_layers is not None:

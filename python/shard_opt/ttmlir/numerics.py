@@ -48,7 +48,7 @@ import time
 from dataclasses import asdict, dataclass
 
 TIMEOUT_ENV = "SHARD_OPT_NUMERICS_TIMEOUT"  # seconds for the whole child (default 900): a last line of defence
-MEMORY_ENV = "SHARD_OPT_NUMERICS_GB"  # the memory a run may take (default: half of what is available)
+MEMORY_ENV = "SHARD_OPT_NUMERICS_GB"  # the memory a run may take (default DEFAULT_GB)
 
 COVERS = ("tt-mlir's partitioning (its Shardy propagation, StableHLO passes and collectives), "
           "not its TTIR-to-TTNN lowering or the device runtime")
@@ -332,15 +332,18 @@ def memory_needed(arg_types: list[tuple[list[int], str]]) -> int:
     return int(verify.MEMORY_PER_ARGUMENT_BYTE * total)
 
 
-def memory_budget() -> int | None:
-    """What a run may take: ``SHARD_OPT_NUMERICS_GB`` when set, else half of the memory
-    available now (None: unknown)."""
-    from shard_opt import verify
+DEFAULT_GB = 12.0  # half of this machine class's 24 GB (env/machines/python.md)
 
-    if os.environ.get(MEMORY_ENV):
-        return int(float(os.environ[MEMORY_ENV]) * 2**30)
-    avail = verify._available_bytes()
-    return avail // 2 if avail else None
+
+def memory_budget() -> int:
+    """What a run may take: ``SHARD_OPT_NUMERICS_GB`` when set, else ``DEFAULT_GB``. A fixed
+    figure, not what the machine has free at the moment: where the numerics run (the whole
+    model, a copy, none) decides which plan ships, and a plan must not depend on the load."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    try:
+        return int(float(raw) * 2**30) if raw else int(DEFAULT_GB * 2**30)
+    except ValueError:
+        return int(DEFAULT_GB * 2**30)
 
 
 class Session:
