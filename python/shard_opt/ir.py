@@ -221,9 +221,18 @@ _MODULE_PARTITION_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
 
 
 def xla_backend():
-    """The CPU backend (needs XLA_FLAGS=--xla_force_host_platform_device_count=N)."""
+    """The CPU backend (needs XLA_FLAGS=--xla_force_host_platform_device_count=N).
+
+    jax discovers every installed PJRT plugin before it makes any backend, and
+    discovering the Tenstorrent plugin loads its library (``libtt.so``, ~140 MB, tt-metal
+    inside): 5-7 s per process here, 25-38 s on a loaded machine, for a backend the XLA
+    checks never use (measured 2026-12-05: backend start 5.6-7.2 s with discovery, 0.01 s
+    without). A process that wants only the CPU backend skips it; the tt-mlir check's own
+    child (``JAX_PLATFORMS=tt``) never comes here."""
     from jax._src import xla_bridge
 
+    if not xla_bridge.backends_are_initialized():
+        xla_bridge._plugins_registered = True  # no plugin discovery: the CPU client is built in
     return xla_bridge.get_backend("cpu")
 
 
