@@ -25,6 +25,16 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 os.environ.setdefault("SHARD_OPT_CHECK", "0")
 os.environ.setdefault("SHARD_OPT_TT_DIR", os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))
 
+# No test passes or fails by the clock. CHILD_CEILING_S only ends a child process that hangs
+# (a failure, with what it printed, instead of a suite that never ends); every child the
+# tests run finishes in seconds to a minute on a loaded 2-core machine. The check's own
+# deadlines (a tt-mlir compile, XLA's reference partitioning) are set to it as well, so a
+# test of the check asserts on what the check computes, never on how fast it ran; the
+# deadlines themselves are tested with a process made to hang (tests/test_ttmlir.py).
+CHILD_CEILING_S = 1200
+os.environ.setdefault("SHARD_OPT_TT_TIMEOUT", str(CHILD_CEILING_S))
+os.environ.setdefault("SHARD_OPT_XLA_TIMEOUT", str(CHILD_CEILING_S))
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
