@@ -107,3 +107,44 @@ def real_plan(tmp_path_factory):
         return plan_from_json(json.loads(cache[name]), where=name)
 
     return get
+
+
+# ---------------------------------------------------------------------------------------
+# The last lines of a failing run: one per failed test, what kind of failure and why
+# (.ci/run's log ends with them; pytest's own short summary above is cut to the width).
+# HUNG: a child process outlived CHILD_CEILING_S and was killed (a hang, never slowness: every
+# child finishes in well under a minute); CRASHED: a child died on a signal; FAILED / ERROR
+# (in a fixture): an assertion or an exception, with its first line.
+# ---------------------------------------------------------------------------------------
+_FAILURES: list = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _FAILURES.append(report)
+
+
+def _why(report) -> tuple[str, str]:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr)
+    text = str(report.longrepr)
+    first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "no message")
+    if "TimeoutExpired" in text:
+        kind = "HUNG"
+    elif "died on signal" in text or "Fatal Python error" in text or "Segmentation fault" in text:
+        kind = "CRASHED"
+    else:
+        kind = "ERROR" if report.when != "call" else "FAILED"
+    where = "" if report.when == "call" else f" (in {report.when})"
+    return kind, f"{first[:400]}{where}"
+
+
+def pytest_unconfigure(config):
+    if not _FAILURES:
+        return
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    write = tr.write_line if tr is not None else print
+    write(f"shard-opt tests: {len(_FAILURES)} failed; one line each (kind, test, why):")
+    for report in _FAILURES:
+        kind, why = _why(report)
+        write(f"{kind} {report.nodeid}: {why}")
