@@ -86,6 +86,39 @@ REAL_RUNS = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_tt_mlir_compile_per_module():
+    """tt-mlir compiles each distinct module once per test run: the check's ``compile_all``
+    answers a module it compiled before (the same text, devices, system and mesh) with that
+    result under the new job's name. A result whose compiler never started is not kept, and
+    a test that replaces the compiler's child (``_child_command``) always compiles."""
+    import dataclasses
+
+    from shard_opt.ttmlir import check as ttc
+
+    real, child = ttc.compile_all, ttc._child_command
+    memo: dict = {}
+
+    def compile_all(jobs, system, mesh_shape):
+        if ttc._child_command is not child:
+            return real(jobs, system, mesh_shape)
+
+        def key(job):
+            return job.text, job.devices, getattr(system, "name", id(system)), tuple(mesh_shape)
+
+        todo = list({key(j): j for j in jobs if key(j) not in memo}.values())
+        fresh = dict(zip(map(key, todo), real(todo, system, mesh_shape))) if todo else {}
+        for k, c in fresh.items():
+            if not ttc.is_startup_error(c.error):
+                memo[k] = c
+        return [dataclasses.replace((memo.get(key(j)) or fresh[key(j)]), name=j.name,
+                                    irs=dict((memo.get(key(j)) or fresh[key(j)]).irs)) for j in jobs]
+
+    ttc.compile_all = compile_all
+    yield
+    ttc.compile_all = real
+
+
 @pytest.fixture(scope="session")
 def real_plan(tmp_path_factory):
     """``real_plan(name)``: the ``Plan`` the CLI writes for ``REAL_RUNS[name]`` (run once a
