@@ -34,11 +34,13 @@ _lock = threading.Lock()
 # thread while the main thread waits (BlockUntilReadyWithCancel); the worker's first
 # thread_local with a destructor (MLIR's StorageUniquer cache) registers it through
 # __cxa_thread_atexit_impl, which takes dl_load_lock: it waits forever, every other XLA
-# worker idle. Measured (2026-12-05, 2 cores, load 10-16): the hang in 1 of 60 and 1 of
-# 20 fresh XLA processes, every hang with the loader lock held by the main thread after
-# a failed libtt.so constructor; with the unpack made to fail on purpose (a file where
-# its directory goes), every compile hangs. The plugin also costs each such process the
-# 417 MB rewrite (jax.devices(): 10.9 s with it, 5.5 s without, here under load).
+# worker idle. Measured (2026-12-05, 2 cores, load 12-17, the check's XLA child on the
+# mlp 1x8 plan in fresh processes, two at a time): before, 8 hangs in 87 runs, each one
+# with the plugin's "failed to extract" error and the loader lock held by its main
+# thread, and no other run hung; after, 0 in 220 (median 19 s a run, was 41 s); with the
+# unpack made to fail on purpose (TMPDIR a file), every compile hung before, none after.
+# The plugin also cost each such process the 417 MB rewrite (jax.devices(): 10.9 s with
+# it, 5.5 s without, under load).
 #
 # A shard-opt process that computes on the CPU never needs the plugin (tt-mlir compiles
 # in shard_opt.ttmlir.child, which sets SHARD_OPT_TT_CHILD and keeps it): it marks jax's
