@@ -361,3 +361,27 @@ def test_a_composites_off_deliverable_tells_the_script_how_to_compile(run_cli, t
     assert "Query and result must have the same type" in _script_verdict(script)
     assert _script_verdict(script) == v.line()
     compile(script, "s.py", "exec")  # still Python
+
+
+def test_a_numerics_run_that_hangs_is_ended_by_its_deadline_and_said(monkeypatch):
+    """The deadline is a last line of defence, tested with a process made to hang: the
+    programs it did not run are "not run", with why, and nothing raises."""
+    import sys
+
+    monkeypatch.setattr(num, "_serve_command", lambda *a: [sys.executable, "-c", "import time; time.sleep(600)"])
+    monkeypatch.setenv(num.TIMEOUT_ENV, "1")
+    with num.Session("module {}", 8) as session:
+        (r,) = session.run([("p", "module {}")])
+        again = session.run([("q", "module {}")])
+    assert r.status == "not run" and "did not end within 1 s" in r.why and num.TIMEOUT_ENV in r.why
+    assert again[0].status == "not run"  # the session is over: later programs are said so too
+
+
+def test_a_numerics_child_that_dies_is_said_with_its_last_line(monkeypatch):
+    import sys
+
+    monkeypatch.setattr(num, "_serve_command", lambda *a: [
+        sys.executable, "-c", "import sys; sys.stdin.readline(); sys.stderr.write('MemoryError: no room\\n'); sys.exit(1)"])
+    with num.Session("module {}", 8) as session:
+        (r,) = session.run([("p", "module {}")])
+    assert r.status == "not run" and "exited 1" in r.why and "MemoryError: no room" in r.why

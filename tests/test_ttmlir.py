@@ -68,28 +68,29 @@ def _priced(plan) -> dict:
 
 @needs_plugin
 @pytest.mark.parametrize("mesh, kinds", [
-    # column -> row, the partial sums reduce-scattered and gathered (a tie with one all_reduce
-    # within the layout-op estimate; what tt-mlir emits for it is priced 6 us lower)
-    ("1x8", {"all_gather", "reduce_scatter"}),
-    ("2x4", {"all_gather", "reduce_scatter"}),
+    # column -> row; fc2's partial sums closed by one all_reduce or reduce-scattered and
+    # gathered: on 1x8 the two are a tie within the layout-op estimate (they have swapped
+    # with its refits), so either may be the plan; on 2x4 the reduce-scatter form wins outright
+    ("1x8", [{"all_gather", "reduce_scatter"}, {"all_reduce"}]),
+    ("2x4", [{"all_gather", "reduce_scatter"}]),
 ])
 def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, kinds):
     plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", mesh)
     chk = plan["checks"]["tt_mlir"]
     assert chk["compiled"] and chk["error"] is None
     assert chk["matches"], chk["differences"]
-    assert set(chk["stages"]["ttir"]) == kinds
+    assert set(chk["stages"]["ttir"]) in kinds
     assert chk["stages"]["ttir"] == _priced(plan)
     assert chk["stages"]["ttnn"] == chk["stages"]["ttir"]
     assert chk["ttnn_ops_per_step"] > chk["priced_device_ops"]  # layout ops the compute model has no op for
-    # the counted ops replace the estimated ones (costmodel/ttnn_ops.py) at the same per-op time
-    assert chk["checked_us"] == pytest.approx(plan["cost"]["total_us"] - chk["estimated_ops_us"] + chk["extra_ops_us"]
-                                              + chk["extra_ccl_us"] - chk["missing_ccl_us"] - chk["load_ccl_us"],
-                                              abs=2e-3)
+    # the counted ops replace the estimated ones (the sum itself: test_costmodel's
+    # test_checked_cost_replaces_the_estimate_with_the_ttnn_count)
     assert chk["estimated_ops_us"] == pytest.approx(plan["cost"]["layout_us"], abs=2e-3)
     # tt-mlir's own partitioned program computes the unsharded model's answer
     assert chk["numerics"]["status"] == "passed" and chk["numerics"]["devices"] == 8, chk["numerics"]
     assert chk["verdict"]["deliverable"] and chk["verdict"]["compiled"]
+    # the plan is no slower than Megatron as priced (a tie included)
+    assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"] + 1e-3
     assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
     assert f"tt-mlir verdict: {chk['verdict']['words']}" in err
     ratio = plan["baselines"]["megatron"]["checked_us"] / plan["cost"]["checked_us"]

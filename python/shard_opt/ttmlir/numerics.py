@@ -364,8 +364,7 @@ class Session:
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
         self.log_path = os.path.join(self.dir, "log")
         self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "shard_opt.ttmlir.numerics", "--serve", ref_path,
-                                      str(devices), module], env=env, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(_serve_command(ref_path, devices, module), env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
         self.ended: str | None = None
         # the child's lines, read by a thread (select() on a buffered pipe would miss the
@@ -456,6 +455,10 @@ class Session:
 
 
 NOT_NEEDED = "an earlier plan passed; not needed"
+
+
+def _serve_command(reference_path: str, devices: int, module: str) -> list[str]:
+    return [sys.executable, "-m", "shard_opt.ttmlir.numerics", "--serve", reference_path, str(devices), module]
 
 
 def run(reference: str, programs: list[tuple[str, str]], devices: int, *, module: str = "the whole model",
