@@ -236,7 +236,7 @@ def test_pipelines_shard_opt_runs_parse_to_registered_passes():
 
     texts = [pipelines.prepare("tt-mlir"), pipelines.prepare("sdy"), pipelines.shared("tt-mlir", {"heads"}),
              pipelines.candidate("tt-mlir"), pipelines.candidate("sdy", verify=True, annotate=True),
-             pipelines.probe(), pipelines.EXPORT_PREPARE, pipelines.export({"fused-split"}, sdpa=False),
+             pipelines.probe(), pipelines.EXPORT_PREPARE, pipelines.export({"fused-split"}, composites="off"),
              pipelines.script(decouple=True), pipelines.rebuilt("sdy")]
     for p in ("tt-mlir", "sdy"):
         texts.append("builtin.module(" + ", ".join(ShardyPropagate(pipeline=p).steps()) + ")")

@@ -4,7 +4,7 @@
 the one place a ``PipelinePlan`` is, from the models' plans). It reads what the run
 decided, as values: the model and the setting, the whole-model evaluation of the plan
 (``evaluation.Evaluation``), the explanation (``explain.Explanation``), the tt-mlir check
-(``driver.Checked``, None without one) and what the command line adds after the run
+(``deliverable.Checked``, None without one) and what the command line adds after the run
 (``Extras``: the mesh ``--devices`` chose, ``--verify-numerics``' verdicts). The records it
 writes are the plan JSON's (``cost_of``, ``collectives_of``, ``collective_entry``).
 """
@@ -65,9 +65,7 @@ def build_plan(parts: PlanParts, extras: Extras = Extras()) -> Plan:
     if model.meta.get("inputs_not_resized"):
         notes.append(f"{model.name}: {model.meta['inputs_not_resized']}")
     notes += ex.notes
-    check = dict(chk.plan_check) if chk is not None else None
-    if check is not None and getattr(chk, "finalists", None):
-        check["finalists"] = chk.finalists
+    check = tt_mlir_check(chk) if chk is not None else None
     baselines = thaw(ex.baselines)
     for name, b in (getattr(chk, "baselines", None) or {}).items():  # what tt-mlir made of each baseline
         if name in baselines:
@@ -107,6 +105,15 @@ def build_plan(parts: PlanParts, extras: Extras = Extras()) -> Plan:
         checks={"tt_mlir": check} if check is not None else None, mesh_choice=extras.mesh_choice,
         numerics=extras.numerics, xla_crosscheck=extras.xla_crosscheck, **meta,
     )
+
+
+def tt_mlir_check(chk) -> dict:
+    """The plan's ``checks.tt_mlir`` from the check's value (``deliverable.Checked``): what
+    it found of the plan shown, its verdict, and every plan it tried."""
+    check = {**chk.plan_check, "verdict": chk.verdict.to_json()}
+    if chk.trials:
+        check["finalists"] = list(chk.trials)
+    return check
 
 
 def build_pipeline_plan(plans: list[Plan], slowest: str, *, why: str | None = None, choice: dict | None = None,

@@ -24,11 +24,13 @@ Pricing (``shard_opt.evaluate``), in three parts, so the shared work runs once:
 
   (``probe``: the same up to propagation, no collectives made explicit.)
 
-Export (``shard_opt.driver.annotate_many``): the ``-o`` module, the user's module with the
+Export (``shard_opt.annotate.annotate_many``): the ``-o`` module, the user's module with the
 plan written in, as tt-xla hands it to tt-mlir (no fusion tags, calls kept)::
 
       builtin.module(unfold-batch-matmul)                     once per model, then per plan:
       builtin.module(add-mesh, apply-shardings, apply-constraints, insert-guards, wrap-composites)
+
+  (composites "off": no ``wrap-composites``, as tt-xla with ``tt_enable_composite_ops`` False.)
 
 Rebuild (``shard_opt.emit.rebuild``): the module tt-xla builds from the emitted script,
 ``prepare`` then ``script`` (the script's own hooks go in between: not a pass) then
@@ -99,13 +101,14 @@ def probe(propagation: str = "tt-mlir") -> str:
 EXPORT_PREPARE = _pipeline(["unfold-batch-matmul"])
 
 
-def export(allow=frozenset(), *, sdpa: bool = True) -> str:
+def export(allow=frozenset(), *, composites: str = "on") -> str:
     """One plan written into the user's module (after ``EXPORT_PREPARE``): the mesh, the
     argument shardings (results closed and replicated: the boundary rule), the
-    constraints, the guards of the rules not turned off, and tt-xla's composites (the
-    attention in the SDPA composite unless ``sdpa`` is False)."""
+    constraints, the guards of the rules not turned off, and, with ``composites`` "on",
+    tt-xla's composites (every attention, LayerNorm and GELU, as ``torch.compile(backend="tt")``
+    wraps them by default; "off": every one flat, ``tt_enable_composite_ops`` False)."""
     return _pipeline(["add-mesh", "apply-shardings", "apply-constraints", _allow(allow),
-                      "wrap-composites" + ("" if sdpa else "{sdpa=false}")])
+                      "wrap-composites" if composites == "on" else ""])
 
 
 def script(*, decouple: bool = True) -> str:

@@ -178,7 +178,7 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     script_module = None
     if keep_script_module:  # the module as tt-xla hands it to tt-mlir: the user's program, annotated
         script_module = ir.parse(model.text, filename=model.name)
-        # torch_xla's batched matmuls (the export pipeline's first step too)
+        # torch_xla's batched matmuls (the export pipeline's first step, as annotate.annotate_many does)
         PassManager(pipelines.EXPORT_PREPARE, PassContext(arguments=model.arguments)).run(script_module)
         _annotate(script_module, model, t, shardings, constraints, guards, decouple=False)
         script_module = ir.print_module(script_module)
