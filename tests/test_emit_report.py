@@ -430,8 +430,8 @@ def test_an_option_a_rule_removes_says_which_rule_and_why(real_plan):
     text = render_report(p, png_path=None)
     assert "inf ms" not in text
     row = next(r for r in p.safety if r["rule"] == "residual-stream")
-    line = next(ln for ln in text.splitlines() if "not an option" in ln and f"→ {g['alternatives'][0]['option']}" in ln)
-    assert f"not an option: it breaks the `residual-stream` rule ({row['title']}): {row['detail'][:60]}" in line
+    line = next(ln for ln in text.splitlines() if "Not an option" in ln and f"→ {g['alternatives'][0]['option']}" in ln)
+    assert f". Not an option: it breaks the `residual-stream` rule ({row['title']}): {row['detail'][:60]}" in line
 
 
 def test_a_priced_alternative_that_breaks_a_rule_says_it_is_not_an_option(real_plan):
@@ -443,7 +443,7 @@ def test_a_priced_alternative_that_breaks_a_rule_says_it_is_not_an_option(real_p
     text = render_report(p, png_path=None)
     for a in alts:
         line = next(ln for ln in text.splitlines() if _said(a["reason"], ln) and f"→ {a['option']}" in ln)
-        assert "not an option: it breaks the `" in line and "priced as if the rule did not apply" in line
+        assert ". Not an option: it breaks the `" in line and "priced as if the rule did not apply" in line
 
 
 def test_a_lookup_table_is_not_row_parallel(real_plan):

@@ -51,7 +51,7 @@ def test_a_local_slice_is_never_counted_as_traffic(reports):
         for ln in text.splitlines():
             m = re.search(r"\(([+-]\d+) CCLs? that moves? data\)", ln)
             if m and ln.startswith("  - "):
-                said = ln.split(": ", 1)[1].split("; not an option")[0].split("; modeled")[0]
+                said = ln.split(": ", 1)[1].split(". Not an option")[0].split("; modeled")[0]
                 moving = sum(int(n) for n, kind in re.findall(r"([+-]\d+) (all_gather|all_reduce|reduce_scatter|"
                                                                r"all_to_all|collective_permute)", said))
                 assert int(m.group(1)) == moving, (name, ln)

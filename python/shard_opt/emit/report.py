@@ -186,6 +186,11 @@ def _signed_us(x) -> str:
     return ("+" if x >= 0 else "-") + _plan.fmt_us(abs(x))
 
 
+def _term_us(x, zero: str = "none") -> str:
+    """A term of a sum of times: ``zero`` for one below the printed precision (never "+0.0 us")."""
+    return zero if x is not None and abs(x) < SAME_US else _signed_us(x)
+
+
 def _is_blackhole(plan: Plan) -> bool:
     """From the system's own record (``costmodel``), not its name: ``p150``/``p300`` are
     Blackhole without "bh" in their names."""
@@ -708,7 +713,7 @@ def section_loader_comparison(plan: Plan, cite: Citer) -> list[str]:
         for row in comparison:
             d, dn = row.get("delta_us"), row.get("delta_ccls")
             out.append(f"| `{_md(row.get('component', '?'))}` | {_spec_or_text(row.get('expert'))} | "
-                       f"{_spec_or_text(row.get('plan'))} | {_signed_us(d)} | "
+                       f"{_spec_or_text(row.get('plan'))} | {_term_us(d, 'the same')} | "
                        f"{'n/a' if dn is None else f'{dn:+d}'} | {_md(row.get('reason') or '')} |")
         out.append("")
     return out
@@ -871,9 +876,9 @@ def _alternative_line(plan: Plan, key: str, g: dict, alt: dict, cite: Citer | No
             + (f" ({dn:+d} CCL{'s that move' if abs(dn) != 1 else ' that moves'} data)" if dn else ""))
     total, delta = alt.get("total_us"), alt.get("delta_us")
     if total is None or not math.isfinite(total):
-        return head + "; " + _removed_by(plan, alt, cite) + "."
+        return head + _then(_removed_by(plan, alt, cite)) + "."
     if _broken_rules(plan, alt):  # priced with its times kept, but never a plan the search may pick
-        head += "; " + _removed_by(plan, alt, cite) + "; priced as if the rule did not apply"
+        head += _then(_removed_by(plan, alt, cite)) + "; priced as if the rule did not apply"
     if delta is None and cost.total_us is not None:
         delta = total - cost.total_us
     nbytes = alt.get("ccl_bytes")
@@ -885,6 +890,13 @@ def _alternative_line(plan: Plan, key: str, g: dict, alt: dict, cite: Citer | No
               f"**{_plan.fmt_us(-(delta or 0))} faster than the plan**")
     tail = f"; modeled {_plan.fmt_us(total)} ({slower}), {alt.get('ccl_count', '?')} collectives"
     return head + tail + (f", {_plan.fmt_bytes(nbytes)} per device." if nbytes is not None else ".")
+
+
+def _then(removed: str) -> str:
+    """What follows an alternative's computed figures: the rules it breaks as a sentence of
+    their own (their reasons carry their sources, and a cited sentence states no computed
+    figure), or why it has no figure."""
+    return ". N" + removed[1:] if removed.startswith("not an option") else "; " + removed
 
 
 def _broken_rules(plan, alt: dict) -> list[dict]:
@@ -1455,15 +1467,15 @@ def section_tt_mlir(plan: Plan) -> list[str]:
                    f"TTNN's kernels.")
     if "checked_us" in chk:
         est = chk.get("estimated_ops_us") or 0.0
-        ops = (f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
+        ops = (f"device ops beyond the priced ones {_term_us(chk.get('extra_ops_us'))} (each at the shortest "
                f"kernel plus the op-to-op gap)")
         if est:  # the modeled step holds an estimate of those ops already (costmodel/ttnn_ops.py)
             ops += (f", less the {_plan.fmt_us(est)} the modeled step already holds for them (its estimate of "
                     f"{chk.get('estimated_ops', 0):g} such ops from the graph)")
         out.append(f"- Checked cost {_plan.fmt_us(chk['checked_us'])} (modeled "
                    f"{_plan.fmt_us(plan.cost.total_us)}): collectives tt-mlir adds "
-                   f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
-                   f"{ops}, collectives moved to load time {_signed_us(-(chk.get('load_ccl_us') or 0))}.")
+                   f"{_term_us(chk.get('extra_ccl_us'))}, priced ones it drops {_term_us(-(chk.get('missing_ccl_us') or 0))}, "
+                   f"{ops}, collectives moved to load time {_term_us(-(chk.get('load_ccl_us') or 0))}.")
     n = chk.get("numerics")
     if n:
         if n.get("status") == "not run":
