@@ -1,0 +1,174 @@
+"""``--serve`` on full-size models: what it chooses, what it beat, how long it takes, and
+its TTFT / TPOT against what Tenstorrent published.
+
+    python benchmarks/bench_serve.py                 # every case, each run twice (cold, then warm)
+    python benchmarks/bench_serve.py --cases 70b-32-short --check   # one case, with the tt-mlir check
+    python benchmarks/bench_serve.py --json out.json
+
+Each case runs ``shard-opt MODEL --devices N --serve PROFILE --plan-json ...`` in a child
+process and reads its ``serving`` record. A case runs twice: the first run may lower the
+models and evaluate candidates for the first time (the lowering cache and ``facts/`` in
+``~/.cache/shard-opt``), the second starts from them; both wall times are reported, with
+the machine's load average. Every TTFT / TPOT is modeled device time (no host or
+scheduler time); the published rows are end-to-end tt-metal (hand-tuned kernels,
+bfp4 MLP / bfp8 attention weights) or tt-xla measurements, so they are validation rows:
+none of them was used to set a constant of ``--serve``. The only constants ``--serve``
+adds, the ``ttnn.topk`` fits (``costmodel/serving.py``), are calibration rows of their own,
+checked at the end (``topk_rows``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SHORT = "isl=128,osl=128,users=32"  # short context, many users (the published batch-32 rows' ISL)
+LONG = "isl=7936,osl=256,users=1"  # long context, one user: 8192 tokens, Llama-3's max_position_embeddings
+
+# name -> (model, devices, profile, extra flags). 70B and Mixtral in bfp8: 70B does not fit
+# 8 Wormhole chips in bf16 (tt-xla PR 5073: bfp_bf8 "required to fit").
+CASES = {
+    "8b-8-short": ("zoo:llama-3-8b", 8, SHORT, []),
+    "8b-8-long": ("zoo:llama-3-8b", 8, LONG, []),
+    "8b-32-short": ("zoo:llama-3-8b", 32, SHORT, []),
+    "8b-32-long": ("zoo:llama-3-8b", 32, LONG, []),
+    "70b-8-short": ("zoo:llama-3-70b", 8, SHORT, ["--weight-dtype", "bfp8"]),
+    "70b-8-long": ("zoo:llama-3-70b", 8, LONG, ["--weight-dtype", "bfp8"]),
+    "70b-32-short": ("zoo:llama-3-70b", 32, SHORT, []),
+    "70b-32-long": ("zoo:llama-3-70b", 32, LONG, []),
+    "mixtral-32-short": ("zoo:mixtral-8x7b", 32, SHORT, []),
+    "mixtral-32-long": ("zoo:mixtral-8x7b", 32, LONG, []),
+}
+
+# Published figures (references/measurements.md), validation only. t/s/u and TTFT ms,
+# end-to-end, input 128 tokens. (case, profile users) -> rows.
+PUBLISHED = {
+    ("zoo:llama-3-8b", 8, 32): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 32 (bfp4 FF1+FF3)", 45.6, 64)],
+    ("zoo:llama-3-8b", 8, 1): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 1", 64.3, 53),
+                               ("tt-xla PR 5073, Llama-3.1-8B vLLM TP on 8 WH chips", 16.0, 111.5)],
+    ("zoo:llama-3-8b", 32, 1): [("tt-metal PERF.md TG, Llama3.1-8B, batch 1", 29.5, None)],
+    ("zoo:llama-3-70b", 8, 32): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 32", 14.8, 192)],
+    ("zoo:llama-3-70b", 8, 1): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 1", 16.6, 164)],
+    ("zoo:llama-3-70b", 32, 1): [("tt-metal PERF.md TG, Llama3.1-70B, batch 1 (generic tt_transformers)", 12.7, None)],
+    ("zoo:llama-3-70b", 32, 32): [("tt-metal llama3_70b_galaxy PERF.md, Llama-3.3-70B, batch 32 (Galaxy demo)",
+                                   71.38, None)],
+}
+
+
+def run(model: str, devices: int, profile: str, extra: list, check: bool) -> tuple[float, dict, str]:
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "shard_opt.cli", model, "--devices", str(devices), "--serve", profile,
+           "--plan-json", path, "-o", os.devnull, "--quiet"] + extra + (["--check"] if check else ["--no-check"])
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    try:
+        if proc.returncode:
+            return wall, {}, (proc.stderr.strip().splitlines() or ["?"])[-1]
+        with open(path) as f:
+            return wall, json.load(f), ""
+    finally:
+        os.unlink(path)
+
+
+def summary(name: str, model: str, devices: int, profile: str, plan: dict, walls: list, check: bool) -> dict:
+    r = plan["serving"]
+    key = r["objective"]
+    tried = [c for c in r["configurations"] if not c.get("refused") and not c.get("chosen")]
+    tried.sort(key=lambda c: -(c.get(key) or 0))
+    phases = {p["phase"]: p for p in plan["pipeline"]}
+    return {
+        "case": name, "model": model, "devices": devices, "profile": profile, "check": check,
+        "walls_s": [round(w, 1) for w in walls], "load": round(os.getloadavg()[0], 1),
+        "mode": r["mode"], "replicas": r["replicas"], "replica_mesh": r["replica_mesh"],
+        "prefill_mesh": r["prefill"]["mesh"], "decode_mesh": r["decode"]["mesh"],
+        "users": r["users"], "max_users": r["max_users"], "ttft_ms": r["ttft_ms"], "tpot_ms": r["tpot_ms"],
+        "tpot_interleave_ms": r["decode"]["prefill_interleave_ms"],
+        "tokens_per_s_per_user": r["tokens_per_s_per_user"], "tokens_per_s": r["tokens_per_s"],
+        "tail": r["decode"]["tail"]["chosen"],
+        "priced": {k: p["cost"].get("checked_us") is not None and "checked" or "whole model" for k, p in phases.items()},
+        "strategies": {k: p["strategy"] for k, p in phases.items()},
+        "beat": [{"config": f"{c['mode']} {c['replicas']}x {c['replica_mesh']}"
+                  + (f" ({c['prefill_mesh']}|{c['decode_mesh']})" if c["mode"] == "disaggregated" else ""),
+                  "value": c.get(key), "chosen_over_it": round(1 / c["vs_chosen"], 3) if c.get("vs_chosen") else None}
+                 for c in tried[:4]],
+        "refused": sum(1 for c in r["configurations"] if c.get("refused")),
+        "configurations": len(r["configurations"]), "seconds": r.get("seconds"),
+        "published": PUBLISHED.get((model, devices, int(dict(x.split("=") for x in profile.split(","))["users"])), []),
+    }
+
+
+def topk_rows() -> list[tuple[str, str, float, float]]:
+    """The ttnn.topk fits against the points they were fitted to (calibration) and one they
+    were not (validation): (use, row, modeled us, measured us)."""
+    from shard_opt.costmodel.serving import topk_us
+
+    return [
+        ("calibration", "tt-metal issue 53108: 8 x 16384 multi-core, BH, batch 32",
+         8 * topk_us("blackhole", 16384, 32, chunked=False), 1135.0),
+        ("calibration", "tt-metal issue 53108: 4 x 32768 multi-core, BH, batch 32",
+         4 * topk_us("blackhole", 32768, 32, chunked=False), 766.0),
+        ("calibration", "tt-metal issue 53108: 2 x 64128 single-core, BH, batch 32",
+         2 * topk_us("blackhole", 64128, 32, chunked=False), 20385.0),
+        ("calibration", "tt-metal PR 38509: 25152 single-core, WH Galaxy, batch 32",
+         topk_us("wormhole", 25152, 32, chunked=False), 14000.0),
+        ("calibration", "tt-metal PR 38509: 32768 multi-core sampling step, WH Galaxy, batch 32",
+         topk_us("wormhole", 32768, 32, chunked=False), 400.0),
+        ("validation", "tt-metal issue 44953: 65536 (single-core), BH 1x4, batch 32",
+         topk_us("blackhole", 65536, 32, chunked=False), 10100.0),
+        ("validation", "tt-metal issue 53108: 2 x 75968 single-core (Qwen3 vocab), BH, batch 32",
+         2 * topk_us("blackhole", 75968, 32, chunked=False), 25216.0),
+        ("validation", "tt-metal issue 53108: 4 x 32064 unpadded (single-core), BH, batch 32",
+         4 * topk_us("blackhole", 32064, 32, chunked=False), 20392.0),
+    ]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES), help="comma list of " + ", ".join(CASES))
+    ap.add_argument("--check", action="store_true", help="with the tt-mlir check of the chosen phases")
+    ap.add_argument("--runs", type=int, default=2, help="runs per case (the first may be cold)")
+    ap.add_argument("--json", help="write the rows here too")
+    ns = ap.parse_args(argv)
+    rows = []
+    for name in ns.cases.split(","):
+        model, devices, profile, extra = CASES[name]
+        walls, plan, err = [], {}, ""
+        for _ in range(ns.runs):
+            wall, plan, err = run(model, devices, profile, extra, ns.check)
+            walls.append(wall)
+            if err:
+                break
+        if err:
+            rows.append({"case": name, "error": err, "walls_s": [round(w, 1) for w in walls]})
+            print(f"{name}: error: {err}", flush=True)
+            continue
+        row = summary(name, model, devices, profile, plan, walls, ns.check)
+        rows.append(row)
+        print(f"{name}: {row['mode']} {row['replicas']}x {row['replica_mesh']} "
+              f"(prefill {row['prefill_mesh']}, decode {row['decode_mesh']}); TTFT {row['ttft_ms']:.1f} ms, "
+              f"TPOT {row['tpot_ms']:.2f} ms, {row['tokens_per_s_per_user']:.2f} t/s/u, {row['tokens_per_s']:.1f} t/s; "
+              f"walls {row['walls_s']} s (load {row['load']})", flush=True)
+        for b in row["beat"]:
+            print(f"    beat {b['config']}: {b['value']} ({b['chosen_over_it']}x)", flush=True)
+        for title, tsu, ttft in row["published"]:
+            print(f"    published {title}: {tsu} t/s/u, TTFT {ttft} ms", flush=True)
+    print("\nttnn.topk fits (costmodel/serving.py):")
+    for use, what, modeled, measured in topk_rows():
+        print(f"  {use:11s} {what}: modeled {modeled:.0f} us, measured {measured:.0f} us ({modeled / measured:.2f}x)")
+    if ns.json:
+        with open(ns.json, "w") as f:
+            json.dump({"rows": rows, "topk": topk_rows()}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
