@@ -28,7 +28,7 @@ KV_PER_TOKEN = 2 * 2 * 2 * 64 * 2
 def test_profile_parses_and_derives_lengths():
     p = Profile.parse("isl=128,osl=64,users=8,tpot_ms=50")
     assert (p.isl, p.osl, p.users, p.tpot_ms, p.ttft_ms) == (128, 64, 8, 50.0, None)
-    assert p.context == 192 and p.decode_len == 160 and p.objective == "tokens_per_s_per_user"
+    assert p.context == 192 and p.decode_len == 192 and p.objective == "tokens_per_s_per_user"
     assert Profile.parse("isl=1,osl=1").objective == "tokens_per_s"  # users absent: as many as fit
 
 
@@ -181,7 +181,7 @@ def test_the_serving_record_is_its_phase_plans(served):
     pre, dec = plan["pipeline"]
     assert (pre["phase"], dec["phase"]) == ("prefill", "decode")
     assert (pre["batch"], pre["seq_len"]) == (1, 32)
-    assert dec["seq_len"] == 32 + 16 // 2 and dec["batch"] == r["users_per_replica"]
+    assert dec["seq_len"] == 32 + 16 and dec["batch"] == r["users_per_replica"]
     assert r["prefill"]["step_us"] == pre["cost"]["total_us"] and r["decode"]["step_us"] == dec["cost"]["total_us"]
     # KV cache: the decode plan's cache arguments, and the formula from the config
     caches = [a for a in dec["arguments"] if a["kind"] == "cache"]

@@ -5,8 +5,8 @@ prefill of a prompt and the decode steps of its users, on the same chips (``colo
 or on two halves of the replica with the KV cache handed over (``disaggregated``). For
 every configuration the phases are planned by the same search as any plan
 (``driver.optimize``), on the phase's own module: prefill at batch 1 and ``isl`` tokens,
-decode at the users of a replica and the KV length the profile implies (``isl + osl // 2``,
-the mean over the output). The arithmetic that turns phase plans into users, TTFT, TPOT
+decode at the users of a replica and the KV length the profile implies (``isl + osl``, the
+last step's: the whole cache is held, and the step is the output's slowest). The arithmetic that turns phase plans into users, TTFT, TPOT
 and tokens/s is ``costmodel.serving``.
 
 Two stages, so a 32-chip search takes seconds:
@@ -78,8 +78,11 @@ class Profile:
 
     @property
     def decode_len(self) -> int:
-        """The KV length decode is priced at: the mean over the ``osl - 1`` steps."""
-        return self.isl + self.osl // 2
+        """The KV length decode is planned at: the last step's (``context``), so the plan's
+        memory check holds the users' whole cache (the search then keeps only plans whose
+        cache fits, splitting it when it must) and its step is the slowest of the output (the
+        mean KV length is ``osl / 2`` shorter: TPOT is an upper bound by that much attention)."""
+        return self.context
 
     @property
     def objective(self) -> str:
