@@ -94,6 +94,9 @@ def summary(name: str, model: str, devices: int, profile: str, plan: dict, walls
         "prefill_mesh": r["prefill"]["mesh"], "decode_mesh": r["decode"]["mesh"],
         "users": r["users"], "max_users": r["max_users"], "ttft_ms": r["ttft_ms"], "tpot_ms": r["tpot_ms"],
         "tpot_interleave_ms": r["decode"]["prefill_interleave_ms"],
+        # each phase alone, as tt-metal's PERF.md reports them: one prompt's TTFT, 1 / decode step
+        "ttft_one_ms": r["prefill"]["ttft_ms"], "decode_tpot_ms": r["decode"]["tpot_ms"],
+        "decode_tokens_per_s_per_user": round(1000 / r["decode"]["tpot_ms"], 2),
         "tokens_per_s_per_user": r["tokens_per_s_per_user"], "tokens_per_s": r["tokens_per_s"],
         "tail": r["decode"]["tail"]["chosen"],
         "priced": {k: p["cost"].get("checked_us") is not None and "checked" or "whole model" for k, p in phases.items()},
@@ -161,8 +164,10 @@ def main(argv=None) -> int:
               f"walls {row['walls_s']} s (load {row['load']})", flush=True)
         for b in row["beat"]:
             print(f"    beat {b['config']}: {b['value']} ({b['chosen_over_it']}x)", flush=True)
+        print(f"    phases alone: TTFT {row['ttft_one_ms']:.1f} ms (one prompt), decode step {row['decode_tpot_ms']:.2f} ms "
+              f"({row['decode_tokens_per_s_per_user']} t/s/u); tail {row['tail']}", flush=True)
         for title, tsu, ttft in row["published"]:
-            print(f"    published {title}: {tsu} t/s/u, TTFT {ttft} ms", flush=True)
+            print(f"    published (validation) {title}: {tsu} t/s/u, TTFT {ttft} ms", flush=True)
     print("\nttnn.topk fits (costmodel/serving.py):")
     for use, what, modeled, measured in topk_rows():
         print(f"  {use:11s} {what}: modeled {modeled:.0f} us, measured {measured:.0f} us ({modeled / measured:.2f}x)")

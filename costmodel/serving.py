@@ -29,14 +29,20 @@ Both run ``ttnn.topk`` (``topk_us``), chunked as tt-xla's sampler chunks it.
 
 **Steady state** (a closed loop of ``u`` users per replica, each asking for ``osl`` tokens
 after an ``isl``-token prompt, as tt-inference-server's benchmark client does at fixed
-concurrency). The prefill of a prompt yields its first token; ``osl - 1`` decode steps
-follow. Colocated (prefill and decode on the same chips, one after the other)::
+concurrency: every user sends its next request when its last one ends). The prefill of a
+prompt yields its first token (one prompt at a time, batch 1); ``osl - 1`` decode steps
+follow. Colocated (prefill and decode on the same chips, prefills first, as vLLM schedules
+them): the users start together, so they finish together and come back together -- each
+round is a wave of ``u`` prefills, then the decode steps of all::
 
-    cycle = (osl - 1) x decode + u x prefill
-    TTFT  = prefill
-    TPOT  = decode + (u - 1) x prefill / (osl - 1)     (the other users' prefills interleave)
+    cycle = u x prefill + (osl - 1) x decode
+    TTFT  = (u + 1) / 2 x prefill                       (the mean over the wave: user k waits k prefills)
+    TPOT  = decode + (u - 1) / 2 x prefill / (osl - 1)  (the mean user's first token comes before
+                                                         the later users' prefills)
 
-Disaggregated (prefill on its own sub-mesh, the KV cache handed over, decode on the other)::
+Disaggregated (prefill on its own sub-mesh, the KV cache handed over, decode on the other):
+a user's round is its prefill, the handover and its decode steps, so the users spread out
+by a prefill each and the prefill half serves them as they come, unless it cannot keep up::
 
     cycle = max(prefill + handover + (osl - 1) x decode, u x prefill)
     TTFT  = cycle - (osl - 1) x decode                 (at least prefill + handover)
@@ -273,8 +279,8 @@ def steady_state(*, disaggregated: bool, users: int, osl: int, prefill_ms: float
         bound = u * prefill_ms > own
     else:
         cycle = steps * decode_ms + u * prefill_ms
-        ttft = prefill_ms
-        tpot = decode_ms + ((u - 1) * prefill_ms / steps if steps else 0.0)
+        ttft = (u + 1) / 2 * prefill_ms
+        tpot = decode_ms + ((u - 1) / 2 * prefill_ms / steps if steps else 0.0)
         bound = False
     return Rates(cycle, ttft, tpot, 1000.0 / tpot if tpot > 0 else math.inf,
                  1000.0 * u * osl / cycle if cycle > 0 else math.inf, bound)

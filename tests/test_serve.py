@@ -122,8 +122,8 @@ def test_kv_and_fit_arithmetic():
 
 def test_steady_state_formulas():
     co = arith.steady_state(disaggregated=False, users=4, osl=11, prefill_ms=5.0, decode_ms=2.0)
-    assert co.cycle_ms == 10 * 2.0 + 4 * 5.0 and co.ttft_ms == 5.0
-    assert co.tpot_ms == pytest.approx(2.0 + 3 * 5.0 / 10)
+    assert co.cycle_ms == 10 * 2.0 + 4 * 5.0 and co.ttft_ms == 2.5 * 5.0  # the wave's mean user waits 2.5 prefills
+    assert co.tpot_ms == pytest.approx(2.0 + 1.5 * 5.0 / 10)
     assert co.tokens_per_s_per_replica == pytest.approx(1000 * 4 * 11 / 40.0)
     dis = arith.steady_state(disaggregated=True, users=4, osl=11, prefill_ms=5.0, decode_ms=2.0, handover_ms=1.0)
     assert dis.tpot_ms == 2.0 and dis.cycle_ms == 5.0 + 1.0 + 20.0 and dis.ttft_ms == 6.0 and not dis.prefill_bound
@@ -203,13 +203,16 @@ def test_the_serving_record_is_its_phase_plans(served):
     assert r["decode"]["step_with_tail_us"] == pytest.approx(step, abs=2e-3)
     # TTFT, TPOT and tokens/s from the steady state of those steps
     u, osl = r["users_per_replica"], 16
+    t_p = pre["cost"]["total_us"] / 1e3
     if r["mode"] == "colocated":
-        assert r["ttft_ms"] == pytest.approx(pre["cost"]["total_us"] / 1e3, abs=1e-4)
-        assert r["tpot_ms"] == pytest.approx(step / 1e3 + (u - 1) * pre["cost"]["total_us"] / 1e3 / (osl - 1), abs=1e-4)
-        cycle = (osl - 1) * step / 1e3 + u * pre["cost"]["total_us"] / 1e3
+        assert r["prefill"]["ttft_ms"] == pytest.approx(t_p, abs=1e-4)
+        assert r["ttft_ms"] == pytest.approx((u + 1) / 2 * t_p, abs=1e-4)
+        assert r["tpot_ms"] == pytest.approx(step / 1e3 + (u - 1) / 2 * t_p / (osl - 1), abs=1e-4)
+        cycle = (osl - 1) * step / 1e3 + u * t_p
     else:
         assert r["tpot_ms"] == pytest.approx(step / 1e3, abs=1e-4)
         cycle = r["ttft_ms"] + (osl - 1) * step / 1e3
+    assert r["decode"]["tpot_ms"] == pytest.approx(step / 1e3, abs=1e-4)  # the decode step alone
     assert r["tokens_per_s_per_user"] == pytest.approx(1000 / r["tpot_ms"], rel=1e-3)
     assert r["tokens_per_s"] == pytest.approx(r["replicas"] * 1000 * u * osl / cycle, rel=1e-3)
     assert r["users"] == 2 and r["replicas"] * r["users_per_replica"] >= 2

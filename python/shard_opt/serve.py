@@ -682,6 +682,7 @@ class Deployer:
             "tokens_per_s_per_chip": _r(rates.tokens_per_s_per_replica * c.replicas / chips_used, 4),
             "cycle_ms": _r(rates.cycle_ms, 4), "prefill_bound": rates.prefill_bound,
             "devices_used": chips_used,
+            "prefill_ttft_ms": _r(pre.step_us / 1e3 + handover_ms, 4), "decode_tpot_ms": _r(decode_us / 1e3, 4),
             "decode_step_us": _r(decode_us), "tail": {"chosen": tail.name, "replaces_us": _r(dec.logits_gather_us),
                                                      "options": [t.to_json() for t in tails]},
             "prefill_interleave_ms": _r(rates.tpot_ms - decode_us / 1e3, 4) if c.mode == "colocated" else 0.0,
@@ -858,10 +859,10 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
     def phase(fig: PhaseFigures, extra: dict) -> dict:
         return {**fig.summary(), **extra}
 
-    pre = phase(c.prefill, {"ttft_ms": f["ttft_ms"],
+    pre = phase(c.prefill, {"ttft_ms": f["prefill_ttft_ms"],
                             "layout": "own search" if c.mode == "disaggregated" else "the decode plan's weights"})
     dec = phase(c.decode, {"kv_len": c.decode.seq_len, "step_with_tail_us": f["decode_step_us"], "tail": f["tail"],
-                           "prefill_interleave_ms": f["prefill_interleave_ms"], "tpot_ms": f["tpot_ms"],
+                           "prefill_interleave_ms": f["prefill_interleave_ms"], "tpot_ms": f["decode_tpot_ms"],
                            "cache_sharding": c.decode.kv_sharding})
     entries = []
     best = screened.figures[key]  # like with like: every configuration's screened figure

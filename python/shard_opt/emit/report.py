@@ -1453,9 +1453,12 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
     out.append(f"- **Memory per decode chip**: {_plan.fmt_bytes(m['usable'])} usable = "
                f"{_plan.fmt_bytes(m['weights'])} weights + {_plan.fmt_bytes(m['activations'])} activations + "
                f"{_plan.fmt_bytes(m['kv_cache'])} KV cache + {_plan.fmt_bytes(m['free'])} free.")
-    out.append(f"- **TTFT**: the prefill plan's step on {pre['mesh']} ({pre['priced']}), "
-               f"{_plan.fmt_us(pre['step_us'])} for {prof['isl']} tokens"
-               + (" plus the KV handover" if r.get("kv_handover") else "") + ".")
+    queued = ("the mean user of a wave of " + str(r["users_per_replica"]) + " waits for the prefills before its own"
+              if r["mode"] == "colocated" else "the prefill half serves the users as they come")
+    out.append(f"- **TTFT**: one prompt on an idle replica {_ms(pre['ttft_ms'])} ms, the prefill plan's step on "
+               f"{pre['mesh']} ({pre['priced']}), {_plan.fmt_us(pre['step_us'])} for {prof['isl']} tokens"
+               + (" plus the KV handover" if r.get("kv_handover") else "")
+               + f"; under load {_ms(r['ttft_ms'])} ms ({queued}).")
     t = dec["tail"]
     chosen = next((o for o in t["options"] if o["name"] == t["chosen"]), {})
     tail_name = {"topk": "top-k on each chip's vocabulary share", "gather": "all_gather the logits, then top-k"}
@@ -1463,9 +1466,10 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
                f"KV length {dec['kv_len']}) {_plan.fmt_us(dec['step_us'])}, its logits all_gather "
                f"({_plan.fmt_us(t['replaces_us'])}) replaced by the sampling tail: "
                f"{tail_name.get(t['chosen'], t['chosen'])}, {_plan.fmt_us(chosen.get('total_us'))}; "
-               f"step {_plan.fmt_us(dec['step_with_tail_us'])}"
-               + (f", plus {_ms(dec['prefill_interleave_ms'], 3)} ms per token for the other users' prefills"
-                  if dec.get("prefill_interleave_ms") else "") + ".")
+               f"step {_plan.fmt_us(dec['step_with_tail_us'])} ({_ms(1000 / dec['tpot_ms'] if dec['tpot_ms'] else None)} "
+               f"t/s/u alone)"
+               + (f", plus {_ms(dec['prefill_interleave_ms'], 3)} ms per token for the prefills that interleave"
+                  if dec.get("prefill_interleave_ms") else "") + f": {_ms(r['tpot_ms'])} ms under load.")
     other = [o for o in t["options"] if o["name"] != t["chosen"]]
     for o in other:
         if o.get("available", True):
