@@ -352,7 +352,7 @@ CITATIONS: dict[str, Source] = {
         "~128k-vocab all_gather of every decode step",
         "sharded-topk"),
     "tt_metal_disaggregation": _src(
-        "tt-metal disaggregated prefill (PRs 42568, 52292)",
+        "tt-metal disaggregated prefill (tt-metal PR 42568, PR 52292)",
         "prefill on its own mesh with a KV layout contract toward decode (K heads then V heads, one head per "
         "TP column); a shared prefill engine in models/demos/common/prefill",
         "disaggregated-prefill"),
