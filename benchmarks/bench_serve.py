@@ -31,6 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SHORT = "isl=128,osl=128,users=32"  # short context, many users (the published batch-32 rows' ISL)
 LONG = "isl=7936,osl=256,users=1"  # long context, one user: 8192 tokens, Llama-3's max_position_embeddings
+ONE = "isl=128,osl=128,users=1"  # one user at the published batch-1 rows' ISL
+TUNED = ["--cost-model", "tenstorrent-tuned", "--weight-dtype", "bfp8,mlp=bfp4,cache=bfp8"]
 
 # name -> (model, devices, profile, extra flags). 70B on 8 chips in tt-metal's performance
 # mode (bfp8 weights, bfp4 MLP: PERF.md, the format its published T3K rows ran): in bf16 it
@@ -47,6 +49,15 @@ CASES = {
     "70b-32-long": ("zoo:llama-3-70b", 32, LONG, []),
     "mixtral-32-short": ("zoo:mixtral-8x7b", 32, SHORT, []),
     "mixtral-32-long": ("zoo:mixtral-8x7b", 32, LONG, []),
+    # tt-metal's path (the tuned profile, bfp8 weights with bfp4 MLP and a bfp8 KV cache, as
+    # PERF.md's rows ran): the same deployments priced as the published rows were measured
+    "8b-8-one-tuned": ("zoo:llama-3-8b", 8, ONE, TUNED),
+    "8b-8-short-tuned": ("zoo:llama-3-8b", 8, SHORT, TUNED),
+    "8b-32-one-tuned": ("zoo:llama-3-8b", 32, ONE, TUNED),
+    "70b-8-one-tuned": ("zoo:llama-3-70b", 8, ONE, TUNED),
+    "70b-8-short-tuned": ("zoo:llama-3-70b", 8, SHORT, TUNED),
+    "70b-32-one-tuned": ("zoo:llama-3-70b", 32, ONE, TUNED),
+    "70b-32-short-tuned": ("zoo:llama-3-70b", 32, SHORT, TUNED),
 }
 
 # Published figures (references/measurements.md), validation only. t/s/u and TTFT ms,

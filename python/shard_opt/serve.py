@@ -374,8 +374,9 @@ def _halves(shape: tuple[int, int], system) -> tuple[tuple[int, int], int, int] 
     return half, pairs, links
 
 
-def configurations(devices: int, system, profile: Profile) -> list[Config]:
-    """Every configuration of ``devices`` chips of ``system`` (the refused ones with why)."""
+def configurations(devices: int, system, profile: Profile, host=None) -> list[Config]:
+    """Every configuration of ``devices`` chips of ``system`` (the refused ones with why);
+    ``host``: the system of one host of a multi-host ``system`` (``multihost.HOST_SYSTEM``)."""
     from shard_opt.costmodel.multihost import replica_system
 
     out = []
@@ -391,7 +392,7 @@ def configurations(devices: int, system, profile: Profile) -> list[Config]:
                        f"(a replica runs on a sub-rectangle of its chips)")
             out.append(Config("colocated", shape, shape, shape, replicas, refused=why))
             if n >= 2:
-                sub = replica_system(system, shape) if why is None else None
+                sub = replica_system(system, shape, host) if why is None else None
                 cut = _halves(shape, sub) if sub is not None else None
                 if why is None and cut is None:
                     continue
@@ -537,6 +538,9 @@ class Deployer:
             with timing.phase("serve.screen"):
                 scorer = make_scorer(model, mesh, system, self.cm, **self.req.options.setting())
                 score = scorer.score_by_role(by_role)
+                if score.unsafe or not math.isfinite(score.total_us):
+                    why = f"breaks the {', '.join(score.unsafe)} rule" if score.unsafe else "cannot be priced"
+                    return f"the decode plan's weights on the prefill module {why} (shard_opt.safety)"
                 fig = figures_of_screen("prefill", mesh, name, scorer,
                                         lambda e: (shardings_by_role(e.model, by_role), {}), score)
                 scorer.persist()
@@ -578,6 +582,10 @@ class Deployer:
         if isinstance(pre, str):
             c.refused = f"prefill: {pre}"
             return
+        for fig in (pre, dec):
+            if not math.isfinite(fig.step_us):
+                c.refused = f"{fig.phase}: no plan on {_spec(fig.mesh)} can be priced (tt-mlir cannot lower it)"
+                return
         c.users_per_replica, c.prefill, c.decode = users, pre, dec
         c.figures = self.figures(c)
         if c.figures.get("refused"):
@@ -725,7 +733,7 @@ class Deployer:
     # ---- the whole search --------------------------------------------------------
 
     def search(self) -> list[Config]:
-        configs = configurations(self.req.devices, self.system, self.profile)
+        configs = configurations(self.req.devices, self.system, self.profile, self.host)
         todo = [c for c in configs if not c.refused]
         self.say(f"{len(configs)} configurations of {self.req.devices} chips on {self.system.name} "
                  f"({len(configs) - len(todo)} refused before planning); isl {self.profile.isl}, osl "
@@ -801,7 +809,8 @@ def deploy(req: Request) -> Deployment:
     chosen.prefill = figures_of_plan("prefill", pre_out, d.replica(chosen.prefill_mesh)[0])
     chosen.figures = d.figures(chosen)
     record = build_record(d, chosen, configs, screened)
-    record["seconds"] = {"screening": round(t1 - t0, 3), "chosen": round(time.perf_counter() - t1, 3)}
+    record["seconds"] = {"screening": round(t1 - t0, 3), "chosen": round(time.perf_counter() - t1, 3),
+                         "screens": len(d.screens)}
     return Deployment(chosen, pre_out, dec_out, record, configs)
 
 
