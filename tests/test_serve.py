@@ -131,6 +131,18 @@ def test_steady_state_formulas():
     assert bound.prefill_bound and bound.cycle_ms == 40.0 and bound.ttft_ms == 40.0 - 2 * 2.0
 
 
+def test_the_kv_handover_crosses_the_cut_in_parallel():
+    galaxy = costmodel.get_system("wh-galaxy")
+    f = galaxy.fabric
+    nbytes = 128 * 327680  # a 128-token prompt of Llama-3-70B (bf16 KV)
+    one = arith.handover_us(galaxy, nbytes, pairs=1, links=1)
+    four = arith.handover_us(galaxy, nbytes, pairs=4, links=4)
+    fixed = f.p2p_startup_us + f.hop_latency_us
+    assert one == pytest.approx(fixed + nbytes / (f.p2p_efficiency * f.line_rate_gbps * 1e3))
+    assert four - fixed == pytest.approx((one - fixed) / 16)  # 4 pairs of 4 links each
+    assert arith.handover_us(galaxy, 0, 4, 4) == 0.0
+
+
 def test_topk_is_chunked_and_a_vocab_split_head_samples_cheaper():
     chunks, width = arith.topk_chunks(128256)
     assert (chunks, width) == (4, 32768)
