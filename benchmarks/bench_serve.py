@@ -61,17 +61,18 @@ CASES = {
 }
 
 # Published figures (references/measurements.md), validation only. t/s/u and TTFT ms,
-# end-to-end, input 128 tokens. (case, profile users) -> rows.
+# end-to-end, input 128 tokens: (model, devices, profile) -> rows; the batch-32 rows beside
+# the SHORT profile (32 users, ISL 128), the batch-1 rows beside ONE (1 user, ISL 128).
 PUBLISHED = {
-    ("zoo:llama-3-8b", 8, 32): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 32 (bfp4 FF1+FF3)", 45.6, 64)],
-    ("zoo:llama-3-8b", 8, 1): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 1", 64.3, 53),
-                               ("tt-xla PR 5073, Llama-3.1-8B vLLM TP on 8 WH chips", 16.0, 111.5)],
-    ("zoo:llama-3-8b", 32, 1): [("tt-metal PERF.md TG, Llama3.1-8B, batch 1", 29.5, None)],
-    ("zoo:llama-3-70b", 8, 32): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 32", 14.8, 192)],
-    ("zoo:llama-3-70b", 8, 1): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 1", 16.6, 164)],
-    ("zoo:llama-3-70b", 32, 1): [("tt-metal PERF.md TG, Llama3.1-70B, batch 1 (generic tt_transformers)", 12.7, None)],
-    ("zoo:llama-3-70b", 32, 32): [("tt-metal llama3_70b_galaxy PERF.md, Llama-3.3-70B, batch 32 (Galaxy demo)",
-                                   71.38, None)],
+    ("zoo:llama-3-8b", 8, SHORT): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 32 (bfp4 FF1+FF3)", 45.6, 64)],
+    ("zoo:llama-3-8b", 8, ONE): [("tt-metal PERF.md T3K, Llama3.1-8B, batch 1", 64.3, 53),
+                                 ("tt-xla PR 5073, Llama-3.1-8B vLLM TP on 8 WH chips", 16.0, 111.5)],
+    ("zoo:llama-3-8b", 32, ONE): [("tt-metal PERF.md TG, Llama3.1-8B, batch 1", 29.5, None)],
+    ("zoo:llama-3-70b", 8, SHORT): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 32", 14.8, 192)],
+    ("zoo:llama-3-70b", 8, ONE): [("tt-metal PERF.md T3K, Llama3.1-70B, batch 1", 16.6, 164)],
+    ("zoo:llama-3-70b", 32, ONE): [("tt-metal PERF.md TG, Llama3.1-70B, batch 1 (generic tt_transformers)", 12.7, None)],
+    ("zoo:llama-3-70b", 32, SHORT): [("tt-metal llama3_70b_galaxy PERF.md, Llama-3.3-70B, batch 32 (Galaxy demo)",
+                                      71.38, None)],
 }
 
 
@@ -117,8 +118,10 @@ def summary(name: str, model: str, devices: int, profile: str, plan: dict, walls
                   "value": c.get(key), "chosen_over_it": round(1 / c["vs_chosen"], 3) if c.get("vs_chosen") else None}
                  for c in tried[:4]],
         "refused": sum(1 for c in r["configurations"] if c.get("refused")),
+        "refused_why": [f"{c['mode']} {c['replicas']}x {c['replica_mesh']}: {c['refused']}"
+                        for c in r["configurations"] if c.get("refused")],
         "configurations": len(r["configurations"]), "seconds": r.get("seconds"),
-        "published": PUBLISHED.get((model, devices, int(dict(x.split("=") for x in profile.split(","))["users"])), []),
+        "published": PUBLISHED.get((model, devices, profile), []),
     }
 
 

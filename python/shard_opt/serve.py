@@ -168,6 +168,7 @@ class PhaseFigures:
     strategy: str = ""
     arguments: dict = field(default_factory=dict)  # role -> sharding, the split ones
     by_role: dict = field(default_factory=dict)  # role -> TensorSharding of the weights (screened)
+    others: dict = field(default_factory=dict)  # role -> TensorSharding of the KV cache and inputs (screened)
     outcome: object = None  # the driver's Outcome (the chosen configuration's phases)
     fallback: str | None = None  # the search's memory fallback, in words (the fastest plan did not fit)
 
@@ -251,6 +252,7 @@ def figures_of_screen(phase: str, mesh: Mesh, system_name: str, scorer, sharding
                      if a.index in sh and not sh[a.index].is_replicated and a.kind in ("param", "buffer")}
     fig.by_role = {a.role: sh[a.index] for a in model.arguments
                    if a.index in sh and a.kind in ("param", "buffer")}
+    fig.others = {a.role: sh[a.index] for a in model.arguments if a.index in sh and a.kind in ("cache", "input")}
     if phase == "decode":
         tokens = max(1, batch * seq)
         fig.kv_bytes_per_token = kv_global / tokens
@@ -338,6 +340,7 @@ class Config:
     users_per_replica: int = 0
     refused: str | None = None
     cut: tuple[int, int] = (0, 0)  # disaggregated: (chip pairs across the cut, links per pair)
+    layout: str = ""  # colocated: whose weight layout both phases run ("decode" or "prefill")
     prefill: PhaseFigures | None = None
     decode: PhaseFigures | None = None
     figures: dict = field(default_factory=dict)  # the arithmetic's results (record_figures)
@@ -524,24 +527,28 @@ class Deployer:
         self.screens[key] = fig
         return fig
 
-    def prefill_with(self, shape, decode: PhaseFigures) -> PhaseFigures | str:
-        """A colocated prefill: the decode plan's weights, priced on the prefill module by the
-        search's scorer (the model is loaded once; its graphs share the weights)."""
+    def with_weights(self, phase: str, shape, batch: int, seq_len: int, weights: PhaseFigures,
+                     others: dict | None = None) -> PhaseFigures | str:
+        """A colocated phase run with the other phase's weights (the model is loaded once:
+        tt-xla's prefill and decode graphs share its ``mark_sharding``), priced on this phase's
+        module by the search's scorer; ``others``: the KV cache's and inputs' shardings (a
+        decode keeps those its own search chose)."""
         from shard_opt.evaluate import shardings_by_role
         from shard_opt.search import make_scorer
 
         name, system = self.replica(shape)
-        model = self.provisional("prefill", 1, self.profile.isl)
+        model = self.provisional(phase, batch, seq_len)
         _, mesh = self.options(shape, name)
-        by_role = decode.by_role
+        by_role = {**(others or {}), **weights.by_role}
         try:
             with timing.phase("serve.screen"):
                 scorer = make_scorer(model, mesh, system, self.cm, **self.req.options.setting())
                 score = scorer.score_by_role(by_role)
                 if score.unsafe or not math.isfinite(score.total_us):
                     why = f"breaks the {', '.join(score.unsafe)} rule" if score.unsafe else "cannot be priced"
-                    return f"the decode plan's weights on the prefill module {why} (shard_opt.safety)"
-                fig = figures_of_screen("prefill", mesh, name, scorer,
+                    return (f"the {weights.phase} plan's weights on the {phase} module {why} "
+                            f"(shard_opt.safety)")
+                fig = figures_of_screen(phase, mesh, name, scorer,
                                         lambda e: (shardings_by_role(e.model, by_role), {}), score)
                 scorer.persist()
         except UserError as e:
@@ -568,28 +575,64 @@ class Deployer:
             c.refused = f"decode: {dec}"
             return
         if c.mode == "colocated":
-            pre = self.prefill_with(c.prefill_mesh, dec)
-            if not p.users and not isinstance(pre, str):  # the prefill's activations share the chips too
-                most = self.fit(c, dec, pre).users
-                if 1 <= most < users:
-                    users, dec = most, self.screen("decode", c.decode_mesh, most, p.decode_len)
-                    if isinstance(dec, str):
-                        c.refused = f"decode: {dec}"
-                        return
-                    pre = self.prefill_with(c.prefill_mesh, dec)
-        else:
-            pre = self.screen("prefill", c.prefill_mesh, 1, p.isl)
+            self.colocated(c, users, dec)
+            return
+        pre = self.screen("prefill", c.prefill_mesh, 1, p.isl)
         if isinstance(pre, str):
             c.refused = f"prefill: {pre}"
             return
+        self.settle(c, users, pre, dec)
+
+    def settle(self, c: Config, users: int, pre: PhaseFigures, dec: PhaseFigures) -> None:
+        """Give ``c`` its phases and the arithmetic's figures (or why it is refused)."""
         for fig in (pre, dec):
             if not math.isfinite(fig.step_us):
                 c.refused = f"{fig.phase}: no plan on {_spec(fig.mesh)} can be priced (tt-mlir cannot lower it)"
                 return
         c.users_per_replica, c.prefill, c.decode = users, pre, dec
         c.figures = self.figures(c)
-        if c.figures.get("refused"):
-            c.refused = c.figures["refused"]
+        c.refused = c.figures.get("refused")
+
+    def colocated(self, c: Config, users: int, dec: PhaseFigures) -> None:
+        """Both phases on the replica's chips run one weight layout: the decode plan's (the
+        prefill priced with it) or the prefill plan's (the decode priced with it, keeping its
+        own KV cache layout). The better under the limits and the objective is kept; what the
+        other gave (or why it could not serve) goes in the limits."""
+        p, mesh = self.profile, c.decode_mesh
+        pre = self.with_weights("prefill", mesh, 1, p.isl, dec)
+        if not isinstance(pre, str) and not p.users:  # the prefill's activations share the chips too
+            most = self.fit(c, dec, pre).users
+            if 1 <= most < users:
+                users, dec = most, self.screen("decode", mesh, most, p.decode_len)
+                pre = dec if isinstance(dec, str) else self.with_weights("prefill", mesh, 1, p.isl, dec)
+        own = self.screen("prefill", mesh, 1, p.isl)
+        other = own if isinstance(own, str) else dec if isinstance(dec, str) else \
+            self.with_weights("decode", mesh, users, p.decode_len, own, others=dec.others)
+        settled, why = [], []
+        for layout, pre_f, dec_f in (("decode", pre, dec), ("prefill", own, other)):
+            bad = next((f for f in (pre_f, dec_f) if isinstance(f, str)), None)
+            if bad is None:
+                x = dataclasses.replace(c, layout=layout)
+                self.settle(x, users, pre_f, dec_f)
+                bad = x.refused
+            if bad is None:
+                settled.append(x)
+            else:
+                why.append(f"the {layout} plan's weights: {bad}")
+        if not settled:
+            c.refused = "; ".join(why)
+            return
+        best = max(settled, key=self.rank)
+        for f in dataclasses.fields(Config):
+            setattr(c, f.name, getattr(best, f.name))
+        key = p.objective
+        why += [f"the {x.layout} plan's weights give {x.figures[key]} {key}" for x in settled if x is not best]
+        c.figures["limits"] = c.figures["limits"] + [f"weight layout: the {c.layout} plan's, for both phases; {w}"
+                                                     for w in why]
+
+    def rank(self, c: Config) -> tuple:
+        """Within the limits first, then the objective."""
+        return (not c.figures.get("violates"), c.figures[self.profile.objective])
 
     def as_many_as_fit(self, c: Config) -> tuple[int, PhaseFigures | str]:
         """users=0: the users whose KV cache fits (at most ``max_batch``). One user first, for
@@ -815,9 +858,10 @@ def deploy(req: Request) -> Deployment:
 
 
 def plan_phases(d: Deployer, c: Config):
-    """The chosen configuration's phases as plans: decode by ``optimize`` on the whole model;
-    prefill by ``optimize`` on its own sub-mesh (disaggregated) or, colocated, the decode
-    plan's weights priced on the prefill module (``evaluate_existing``)."""
+    """The chosen configuration's phases as plans, each by ``optimize`` on the whole model on
+    its own (sub-)mesh; colocated, the phase whose weights both run is planned so and the
+    other is that plan's weights priced on its module (``evaluate_existing``, checked as an
+    evaluated plan), a decode keeping the KV cache layout its own search chose."""
     from shard_opt import frontends
     from shard_opt.driver import evaluate_existing, optimize
 
@@ -827,35 +871,46 @@ def plan_phases(d: Deployer, c: Config):
     def load(phase, batch, seq_len, background):
         screened = d.models.get((phase, batch, seq_len))
         if screened is not None and screened.text:  # the screening had the whole model: no second lowering
-            return screened
-        with timing.phase("lower"):
-            return frontends.load(req.source, phase=phase, batch=batch, seq_len=seq_len, background=background, **kw)
+            model = screened
+        else:
+            with timing.phase("lower"):
+                model = frontends.load(req.source, phase=phase, batch=batch, seq_len=seq_len, background=background,
+                                       **kw)
+        return model.resolve() if not background and hasattr(model, "resolve") else model
 
-    name, _ = d.replica(c.decode_mesh)
-    opts, _ = d.options(c.decode_mesh, name, progress=not req.quiet)
-    dec = optimize(load("decode", c.users_per_replica, p.decode_len, True), opts)
-    pname, _ = d.replica(c.prefill_mesh)
-    popts, _ = d.options(c.prefill_mesh, pname, progress=not req.quiet)
-    pmodel = load("prefill", 1, p.isl, c.mode != "colocated")
+    shapes = {"decode": (c.decode_mesh, c.users_per_replica, p.decode_len), "prefill": (c.prefill_mesh, 1, p.isl)}
+
+    def opts_of(phase):
+        name, _ = d.replica(shapes[phase][0])
+        return d.options(shapes[phase][0], name, progress=not req.quiet)[0]
+
     if c.mode == "disaggregated":
-        return optimize(pmodel, popts), dec
-    if hasattr(pmodel, "resolve"):
-        pmodel = pmodel.resolve()
-    pmodel.meta["shard_spec"] = shared_weights_spec(dec)
-    out = evaluate_existing(pmodel, popts)
-    out.plan.strategy = (f"the decode plan's weights (one copy of the model serves both phases): "
-                         f"{dec.plan.strategy}")
-    return out, dec
+        return (optimize(load("prefill", 1, p.isl, True), opts_of("prefill")),
+                optimize(load("decode", c.users_per_replica, p.decode_len, True), opts_of("decode")))
+    lead = c.layout or "decode"
+    follow = "prefill" if lead == "decode" else "decode"
+    first = optimize(load(lead, *shapes[lead][1:], True), opts_of(lead))
+    model = load(follow, *shapes[follow][1:], False)
+    others = c.decode.others if follow == "decode" and c.decode is not None else {}
+    model.meta["shard_spec"] = shared_weights_spec(first, others)
+    second = evaluate_existing(model, opts_of(follow))
+    second.plan.strategy = (f"the {lead} plan's weights (one copy of the model serves both phases): "
+                            f"{first.plan.strategy}")
+    return (first, second) if lead == "prefill" else (second, first)
 
 
-def shared_weights_spec(outcome) -> dict:
-    """The decode plan's weight shardings as a spec (``frontends.shard_spec`` form), so the
-    colocated prefill is priced with the weights the decode plan lays out."""
+def shared_weights_spec(outcome, others: dict | None = None) -> dict:
+    """A plan's weight shardings as a spec (``frontends.shard_spec`` form), so the other
+    colocated phase is priced with the weights this plan lays out; ``others``: role ->
+    sharding of the KV cache and inputs (the screened decode's own), written by role."""
     spec = {}
     for a in outcome.plan.arguments:
         if a.kind in ("param", "buffer"):
             spec[a.name] = [list(d) if d else None for d in a.sharding]
-    where = f"the decode plan ({_spec(outcome.plan.mesh.shape)}, batch {outcome.plan.batch})"
+    for role, sh in (others or {}).items():
+        spec[role] = [list(d) if d else None for d in sh.axis_names()]
+    phase = outcome.plan.phase or "model"
+    where = f"the {phase} plan ({_spec(outcome.plan.mesh.shape)}, batch {outcome.plan.batch})"
     return {"source": "serve", "where": where, "by_devices": {"*": {"mesh": list(outcome.plan.mesh.shape),
                                                                    "spec": spec, "unmatched": []}}}
 
@@ -868,9 +923,12 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
     def phase(fig: PhaseFigures, extra: dict) -> dict:
         return {**fig.summary(), **extra}
 
+    lead = c.layout or "decode"
+    own, shared = "own search", f"the {lead} plan's weights"
     pre = phase(c.prefill, {"ttft_ms": f["prefill_ttft_ms"],
-                            "layout": "own search" if c.mode == "disaggregated" else "the decode plan's weights"})
-    dec = phase(c.decode, {"kv_len": c.decode.seq_len, "step_with_tail_us": f["decode_step_us"], "tail": f["tail"],
+                            "layout": own if c.mode == "disaggregated" or lead == "prefill" else shared})
+    dec = phase(c.decode, {"layout": own if c.mode == "disaggregated" or lead == "decode" else shared,
+                           "kv_len": c.decode.seq_len, "step_with_tail_us": f["decode_step_us"], "tail": f["tail"],
                            "prefill_interleave_ms": f["prefill_interleave_ms"], "tpot_ms": f["decode_tpot_ms"],
                            "cache_sharding": c.decode.kv_sharding})
     entries = []

@@ -1428,8 +1428,9 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
             f"| {prof['isl']} | {prof['osl']} | {r['users']} | {_ms(r['ttft_ms'])} | {_ms(r['tpot_ms'])} | "
             f"{_ms(r['tokens_per_s_per_user'])} | {_ms(r['tokens_per_s'], 1)} |", ""]
     if r["mode"] == "colocated":
+        lead = "prefill" if pre.get("layout") == "own search" else "decode"
         where = (f"{r['replicas']} data-parallel replica{'s' if r['replicas'] != 1 else ''} of {r['replica_mesh']}, "
-                 f"prefill and decode on the same chips (the decode plan's weights serve both)")
+                 f"prefill and decode on the same chips (the {lead} plan's weights serve both)")
     else:
         where = (f"{r['replicas']} data-parallel replica{'s' if r['replicas'] != 1 else ''} of {r['replica_mesh']}, "
                  f"each cut in two: prefill on {pre['mesh']}, decode on {dec['mesh']}")
