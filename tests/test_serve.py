@@ -109,6 +109,28 @@ def test_replica_sub_meshes_keep_the_links_of_their_axes():
     assert replica_system(x2, (8, 4), costmodel.get_system("wh-galaxy")) is galaxy
 
 
+def test_two_galaxies_cut_in_two_run_each_half_inside_a_host():
+    """8x8 on two Galaxies (dual_galaxy descriptor: 1 channel per edge) cut in two: each
+    4x8 half fits in one Galaxy and keeps its 4 channels; the cut between the halves is the
+    hosts' edge, 8 pairs of 1 link; the record says so, with the descriptor as source."""
+    from shard_opt.driver import Options
+    from shard_opt.serve import Deployer, Request, links_record
+
+    req = Request(source="zoo:llama-3-8b", devices=64, system="wh-galaxy-x2",
+                  profile=Profile.parse("isl=128,osl=128,users=64"), options=Options(check=False), quiet=True)
+    d = Deployer(req)
+    by = {(c.mode, c.replica_mesh): c for c in configurations(64, d.system, req.profile, d.host)}
+    whole, cut = by[("colocated", (8, 8))], by[("disaggregated", (8, 8))]
+    assert whole.refused is None and cut.refused is None and whole.replicas == 1
+    assert (cut.prefill_mesh, cut.cut) == ((4, 8), (8, 1))
+    rec = links_record(d, cut)
+    assert rec["hosts"] == 2 and rec["decode"]["system"] == "wh-galaxy"
+    assert [a["links"] for a in rec["decode"]["axes"]] == [a.links for a in costmodel.get_system(
+        "wh-galaxy").links_for((4, 8))]
+    assert [a["links"] for a in links_record(d, whole)["prefill"]["axes"]] == [1, 1]
+    assert any("dual_galaxy_mesh_graph_descriptor" in s for s in rec["sources"])
+
+
 # ---- the arithmetic -----------------------------------------------------------------
 
 def test_kv_and_fit_arithmetic():
@@ -239,6 +261,35 @@ def test_the_choice_is_the_best_configuration_tried(served):
     chosen = next(c for c in tried if c["chosen"])
     assert chosen["tokens_per_s_per_user"] == best and chosen["vs_chosen"] == 1.0
     assert {c["mode"] for c in tried} == {"colocated", "disaggregated"}
+
+
+def _dominates(a: dict, b: dict) -> bool:
+    ua, ca, ub, cb = (a["tokens_per_s_per_user"], a["tokens_per_s_per_chip"], b["tokens_per_s_per_user"],
+                      b["tokens_per_s_per_chip"])
+    return ua >= ub and ca >= cb and (ua, ca) != (ub, cb)
+
+
+def test_the_chosen_configuration_is_on_the_frontier(served):
+    """The record's frontier: every deployable configuration off it is beaten on both axes
+    by one on it, none on it is beaten, and the chosen one is on it."""
+    _, plan = served
+    tried = [c for c in plan["serving"]["configurations"] if not c.get("refused") and not c.get("violates")]
+    front = [c for c in tried if c.get("frontier")]
+    assert front and next(c for c in tried if c["chosen"]).get("frontier")
+    assert not any(_dominates(a, b) for a in front for b in front)
+    assert all(any(_dominates(f, c) for f in front) for c in tried if not c.get("frontier"))
+
+
+def test_frontier_leaves_out_what_cannot_be_deployed():
+    from shard_opt.serve import frontier
+
+    def e(u, c, **kw):
+        return {"tokens_per_s_per_user": u, "tokens_per_s_per_chip": c, **kw}
+
+    entries = [e(10, 5), e(8, 7), e(9, 4), e(20, 20, violates=["tpot_ms"]), {"refused": "16x8"}, e(8, 7), e(3, 9)]
+    # (9, 4) is beaten by (10, 5); the over-the-limit (20, 20) beats all but is not deployable;
+    # the two equal (8, 7) beat neither each other nor are beaten
+    assert frontier(entries) == [0, 1, 5, 6]
 
 
 def test_serve_outputs_are_written_per_phase(served):

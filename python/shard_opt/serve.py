@@ -48,6 +48,7 @@ SERVE_MESHES = {
     1: ["1x1"], 2: ["1x2"], 4: ["1x4", "2x2"], 8: ["2x4", "1x8"], 16: ["4x4", "2x8", "1x16"],
     32: ["8x4", "4x8", "1x32"], 64: ["8x8", "4x16"], 128: ["8x16", "16x8"],
 }
+# read at tt-mlir 19c86fca (2026-08-21): 17 shapes, 16x8 and 32x4 not among them
 SUPPORTED_MESHES_SOURCE = "tt-mlir include/ttmlir/Dialect/StableHLO/Utils/ShardingUtils.h SupportedMeshes"
 
 # The users a replica batches when the profile says users=0 (as many as fit): the decode
@@ -804,8 +805,9 @@ class Deployer:
             why = "; ".join(f"{c.label} ({c.mode}): {c.refused}" for c in configs[:3])
             raise UserError(f"--serve: no configuration of {self.req.devices} chips can serve this model ({why}); "
                             f"use more devices, smaller --weight-dtype or fewer users / a shorter context")
-        # the objective, then fewer chips, then colocated (the simpler deployment)
-        return max(ok, key=lambda c: (c.figures[key], -c.replicas * c.chips, c.mode == "colocated"))
+        # the objective, then tokens/s per chip (fewer chips for the same tokens/s; so the chosen
+        # one is on the frontier), then colocated (the simpler deployment)
+        return max(ok, key=lambda c: (c.figures[key], c.figures["tokens_per_s_per_chip"], c.mode == "colocated"))
 
 
 def _gib(nbytes: float) -> str:
@@ -915,6 +917,18 @@ def shared_weights_spec(outcome, others: dict | None = None) -> dict:
                                                                    "spec": spec, "unmatched": []}}}
 
 
+def frontier(entries: list[dict]) -> list[int]:
+    """The configurations no other beats on both axes of the deployment chart (tokens/s/user
+    and tokens/s per chip): the indices of the priced entries within the limits that no such
+    entry matches or betters on both and betters on one. Refused and over-the-limit entries
+    are not on it (they cannot be deployed), though they are drawn."""
+    pts = [(i, e["tokens_per_s_per_user"], e["tokens_per_s_per_chip"]) for i, e in enumerate(entries)
+           if not e.get("refused") and not e.get("violates") and e.get("tokens_per_s_per_user") is not None
+           and e.get("tokens_per_s_per_chip") is not None]
+    return [i for i, u, c in pts
+            if not any(u2 >= u and c2 >= c and (u2, c2) != (u, c) for j, u2, c2 in pts if j != i)]
+
+
 def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config) -> dict:
     """The plan JSON's ``serving`` record (docs/plan.md)."""
     p, f = d.profile, c.figures
@@ -949,6 +963,8 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
             if g.get(key) and best:
                 e["vs_chosen"] = _r(g[key] / best, 4)
         entries.append(e)
+    for i in frontier(entries):
+        entries[i]["frontier"] = True
     return {
         "profile": p.to_json(), "objective": key, "devices": d.req.devices, "system": d.system.name,
         "mode": c.mode, "replicas": c.replicas, "replica_mesh": _spec(c.replica_mesh),
@@ -962,5 +978,22 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
         "ttft_ms": f["ttft_ms"], "tpot_ms": f["tpot_ms"],
         "tokens_per_s_per_user": f["tokens_per_s_per_user"], "tokens_per_s": f["tokens_per_s"],
         "tokens_per_s_per_chip": f["tokens_per_s_per_chip"],
-        "limits": f["limits"], "configurations": entries,
+        "limits": f["limits"], "links": links_record(d, c), "configurations": entries,
     }
+
+
+def links_record(d: Deployer, c: Config) -> dict:
+    """How the chosen replica's chips are wired: each mesh axis of the prefill and decode
+    meshes with its topology and links (the system preset's, from tt-metal's mesh graph
+    descriptors for a multi-host system: ``costmodel.multihost``), the preset each runs on
+    and where its figures come from."""
+    def axes(shape) -> tuple[str, list[dict]]:
+        name, system = d.replica(shape)
+        return name, [{"axis": a, "size": n, "topology": w.topology, "links": w.links}
+                      for a, n, w in zip(d.req.axes, shape, system.links_for(tuple(shape)))]
+
+    pre_name, pre_axes = axes(c.prefill_mesh)
+    dec_name, dec_axes = axes(c.decode_mesh)
+    return {"system": d.system.name, "hosts": d.system.chips // d.host.chips if d.host is not None else 1,
+            "prefill": {"system": pre_name, "axes": pre_axes}, "decode": {"system": dec_name, "axes": dec_axes},
+            "sources": list(d.system.sources)}

@@ -1436,6 +1436,16 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
                  f"each cut in two: prefill on {pre['mesh']}, decode on {dec['mesh']}")
     out.append(f"- **Deployment**: {where}; {r['devices_used']} of {r['devices']} chips; objective "
                f"{OBJECTIVES.get(r['objective'], r['objective'])}.")
+    links = r.get("links")
+    if links:
+        def wiring(phase):
+            return ", ".join(f"{a['axis']} {a['size']} {a['topology']} of {a['links']} link{'s' if a['links'] != 1 else ''}"
+                             for a in links[phase]["axes"] if a["size"] > 1) or "one chip"
+
+        text = (f"**Links**: {links['system']}" + (f" ({links['hosts']} hosts)" if links["hosts"] > 1 else "")
+                + f"; prefill on {links['prefill']['system']}: {wiring('prefill')}; decode on "
+                f"{links['decode']['system']}: {wiring('decode')}")
+        out.append("- " + (cite.sentence("multi-host-links", text)[:-1] if links["hosts"] > 1 else text) + ".")
     if r.get("kv_handover"):
         h = r["kv_handover"]
         out.append("- " + cite.sentence("disaggregated-prefill", "KV handover from the prefill half to the decode "
@@ -1511,7 +1521,8 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
 
 def write_frontier_chart(plan: PipelinePlan, png_path: str) -> str:
     """tokens/s/user against tokens/s per chip for every configuration priced, the
-    non-dominated ones joined (the frontier), the chosen one marked."""
+    ones the record marks ``frontier`` joined (``serve.frontier``: within the limits, no other
+    as good on both axes and better on one), the chosen one marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1527,11 +1538,7 @@ def write_frontier_chart(plan: PipelinePlan, png_path: str) -> str:
         ys = [c["tokens_per_s_per_user"] for c in pts if c["mode"] == mode]
         if xs:
             ax.scatter(xs, ys, marker=marker, color=color, label=f"{mode} (screened)", zorder=3)
-    front = sorted((c for c in pts if not any(
-        o["tokens_per_s_per_chip"] >= c["tokens_per_s_per_chip"] and o["tokens_per_s_per_user"] >= c[
-            "tokens_per_s_per_user"] and o is not c and (o["tokens_per_s_per_chip"], o["tokens_per_s_per_user"]) != (
-            c["tokens_per_s_per_chip"], c["tokens_per_s_per_user"]) for o in pts)),
-        key=lambda c: c["tokens_per_s_per_chip"])
+    front = sorted((c for c in pts if c.get("frontier")), key=lambda c: c["tokens_per_s_per_chip"])
     if len(front) > 1:
         ax.plot([c["tokens_per_s_per_chip"] for c in front], [c["tokens_per_s_per_user"] for c in front],
                 color="#999999", lw=1, zorder=2, label="frontier")
