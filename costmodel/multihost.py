@@ -14,11 +14,16 @@ Links per edge are tt-metal's mesh graph descriptors
   ``channels { count: 1 }``; ``quad_galaxy_torus_xy_graph_descriptor.textproto``: ``[16, 8]``
   ``RING, RING``, ``channels { count: 2 }`` -- a shape tt-mlir refuses (below).
 
+Read with the search tool (stored tt-metal versions: single_galaxy 10bf9b87, dual_galaxy
+4b5a2e0a, dual_galaxy_4x16 db786595, quad_galaxy 60bb652c, quad_galaxy_torus_xy 03c47511):
+every one ``arch: WORMHOLE_B0``, ``channels { ... policy: RELAXED }``; the count is the
+descriptor's, for every edge of its mesh (inside a host and between hosts alike).
+
 tt-xla's mesh table names 64 chips (8, 8) and 128 chips (8, 16) (references/serving.md,
 tt-xla ``tests/infra/utilities/torch_multichip_utils.py``), the default meshes here. tt-mlir
 compiles only the shapes of its ``SupportedMeshes`` (tt-mlir
-``include/ttmlir/Dialect/StableHLO/Utils/ShardingUtils.h``, ``shard_opt.sharding``
-``TT_MLIR_SUPPORTED_MESHES``); 16x8 is not among them.
+``include/ttmlir/Dialect/StableHLO/Utils/ShardingUtils.h``, read at 19c86fca, 2026-08-21;
+``shard_opt.sharding`` ``TT_MLIR_SUPPORTED_MESHES``); 16x8 is not among them.
 
 ``replica_system(system, shape)``: the preset a data-parallel replica of ``shape`` runs on
 when it is a part of ``system`` (a 2x4 replica of a Galaxy): the chips of a sub-rectangle
