@@ -462,7 +462,8 @@ def serve_line(r: dict) -> str:
              f"{r['replicas']}x {r['replica_mesh']} (prefill {r['prefill']['mesh']} | decode {r['decode']['mesh']})")
     line = (f"shard-opt: serve: {r['devices']} chips ({r['system']}): {mode} {where}, {r['users']} users "
             f"({r['users_per_replica']} per replica, up to {r['max_users']} fit); TTFT {r['ttft_ms']:.2f} ms, "
-            f"TPOT {r['tpot_ms']:.2f} ms, {r['tokens_per_s_per_user']:.2f} t/s/u, {r['tokens_per_s']:.1f} t/s")
+            f"TPOT {r['tpot_ms']:.2f} ms, {r['tokens_per_s_per_user']:.2f} t/s/u, {r['tokens_per_s']:.1f} t/s "
+            f"(each phase alone: TTFT {r['prefill']['ttft_ms']:.2f} ms, TPOT {r['decode']['tpot_ms']:.2f} ms)")
     rivals = sorted((c for c in r["configurations"] if not c.get("chosen") and c.get("vs_chosen")),
                     key=lambda c: -c["vs_chosen"])
     if rivals:
