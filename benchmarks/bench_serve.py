@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -76,14 +77,19 @@ PUBLISHED = {
 }
 
 
+CPU: list[float] = []  # CPU seconds of each run's process and its workers (the machine is shared: wall varies)
+
+
 def run(model: str, devices: int, profile: str, extra: list, check: bool) -> tuple[float, dict, str]:
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     cmd = [sys.executable, "-m", "shard_opt.cli", model, "--devices", str(devices), "--serve", profile,
            "--plan-json", path, "-o", os.devnull, "--quiet"] + extra + (["--check"] if check else ["--no-check"])
-    t0 = time.perf_counter()
+    t0, ru0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(round(ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime, 1))
     try:
         if proc.returncode:
             return wall, {}, (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -101,7 +107,7 @@ def summary(name: str, model: str, devices: int, profile: str, plan: dict, walls
     phases = {p["phase"]: p for p in plan["pipeline"]}
     return {
         "case": name, "model": model, "devices": devices, "profile": profile, "check": check,
-        "walls_s": [round(w, 1) for w in walls], "load": round(os.getloadavg()[0], 1),
+        "walls_s": [round(w, 1) for w in walls], "cpu_s": CPU[-len(walls):], "load": round(os.getloadavg()[0], 1),
         "mode": r["mode"], "replicas": r["replicas"], "replica_mesh": r["replica_mesh"],
         "prefill_mesh": r["prefill"]["mesh"], "decode_mesh": r["decode"]["mesh"],
         "users": r["users"], "max_users": r["max_users"], "ttft_ms": r["ttft_ms"], "tpot_ms": r["tpot_ms"],
@@ -150,13 +156,86 @@ def topk_rows() -> list[tuple[str, str, float, float]]:
     ]
 
 
+def _f(x, nd=2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def markdown(rows: list[dict], topk: list, head: str = "") -> str:
+    """The results.md section: what each case chose and what it beat, each phase alone against
+    the published rows (validation only), and the ttnn.topk fits (calibration and
+    validation apart)."""
+    ok = [r for r in rows if not r.get("error")]
+    out = [head, "", "### What `--serve` chose, and what it beat", "",
+           "TTFT / TPOT / t/s/u / t/s under load (the steady state of the profile's users, "
+           "docs/costmodel.md 5a); modeled device time. `beat`: the best configurations it was chosen over, "
+           "screened, with the chosen one's objective over theirs. `wall`: the whole run, measured.", "",
+           "| case | profile | weights / cost model | chosen | users (fit) | TTFT ms | TPOT ms | t/s/u | t/s | "
+           "beat (chosen / it) | refused | wall s (load) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("error"):
+            out.append(f"| {r['case']} | | | error: {r['error']} | | | | | | | | {r['walls_s']} |")
+            continue
+        model, devices, profile, extra = CASES[r["case"]]
+        where = (f"{r['mode']} {r['replicas']}x {r['replica_mesh']}" + (
+            f" ({r['prefill_mesh']} \\| {r['decode_mesh']})" if r["mode"] == "disaggregated" else ""))
+        beat = "; ".join(f"{b['config'].replace('|', ' / ')} {_f(b['chosen_over_it'], 3)}x" for b in r["beat"][:3])
+        flags = " ".join(extra) or "bf16, tenstorrent"
+        out.append(f"| {r['case']} | {profile} | {flags} | {where} | {r['users']} ({r['max_users']}) | "
+                   f"{_f(r['ttft_ms'], 1)} | {_f(r['tpot_ms'])} | {_f(r['tokens_per_s_per_user'])} | "
+                   f"{_f(r['tokens_per_s'], 1)} | {beat or '-'} | {r['refused']} of {r['configurations']} | "
+                   f"{'/'.join(str(w) for w in r['walls_s'])} ({r['load']}) |")
+    timed = [r for r in ok if r["devices"] == 32]
+    if timed:
+        out += ["", "### The whole `--serve` run on 32 chips: wall and CPU seconds", "",
+                "Each run is the command line's whole process (lowering from the cache, screening every "
+                "configuration, planning the chosen one, writing the plan JSON); runs after the first start from "
+                "the lowering and facts caches. The machine (2 cores) is shared: `load` is its 1-minute load "
+                "average, and the CPU seconds (the process and its workers) are what the run itself took.", "",
+                "| case | check | wall s per run | CPU s per run | load | screened configurations | screening s | "
+                "chosen s |", "|---|---|---|---|---|---|---|---|"]
+        for r in timed:
+            sec = r.get("seconds") or {}
+            out.append(f"| {r['case']} | {'tt-mlir' if r['check'] else 'off'} | "
+                       f"{' / '.join(str(w) for w in r['walls_s'])} | "
+                       f"{' / '.join(str(c) for c in r.get('cpu_s') or []) or '-'} | {r['load']} | "
+                       f"{r['configurations'] - r['refused']} ({sec.get('screens', '-')} phase screens) | "
+                       f"{sec.get('screening', '-')} | {sec.get('chosen', '-')} |")
+    out += ["", "### Each phase alone against the published figures (validation rows)", "",
+            "tt-metal's PERF.md reports one prompt's TTFT and 1 / decode step as t/s/u; the record's "
+            "`prefill.ttft_ms` and `decode.tpot_ms` are those (the phases alone, not under load). The published "
+            "rows are end-to-end (host included) and hand-tuned kernels (bfp4 MLP, bfp8 attention); none of them "
+            "set a constant of `--serve` (validation only). `ratio` = modeled / published.", "",
+            "| case | modeled TTFT ms (one prompt) | modeled t/s/u (decode step) | published | published t/s/u | "
+            "t/s/u ratio | published TTFT ms | TTFT ratio |", "|---|---|---|---|---|---|---|---|"]
+    for r in ok:
+        for title, tsu, ttft in r["published"]:
+            out.append(f"| {r['case']} | {_f(r['ttft_one_ms'], 1)} | {_f(r['decode_tokens_per_s_per_user'])} | "
+                       f"{title} | {tsu} | {_f(r['decode_tokens_per_s_per_user'] / tsu)} | {ttft if ttft else '-'} | "
+                       f"{_f(r['ttft_one_ms'] / ttft) if ttft else '-'} |")
+    out += ["", "### ttnn.topk fits (`costmodel/serving.py`), calibration and validation apart", "",
+            "| use | row | modeled us | measured us | ratio |", "|---|---|---|---|---|"]
+    for use in ("calibration", "validation"):
+        out += [f"| {u} | {what} | {m:.0f} | {meas:.0f} | {m / meas:.2f} |" for u, what, m, meas in topk if u == use]
+    return "\n".join(out) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="comma list of " + ", ".join(CASES))
     ap.add_argument("--check", action="store_true", help="with the tt-mlir check of the chosen phases")
     ap.add_argument("--runs", type=int, default=2, help="runs per case (the first may be cold)")
     ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--keep", metavar="DIR", help="keep each case's plan JSON there (DIR/CASE.json)")
+    ap.add_argument("--markdown", metavar="FILE", help="write the results.md section there")
+    ap.add_argument("--rows", metavar="JSON", help="render --markdown from a --json of an earlier run (no runs)")
     ns = ap.parse_args(argv)
+    if ns.rows:
+        with open(ns.rows) as f:
+            saved = json.load(f)
+        with open(ns.markdown or "/dev/stdout", "w") as f:
+            f.write(markdown(saved["rows"], saved["topk"]))
+        return 0
     rows = []
     for name in ns.cases.split(","):
         model, devices, profile, extra = CASES[name]
@@ -170,6 +249,10 @@ def main(argv=None) -> int:
             rows.append({"case": name, "error": err, "walls_s": [round(w, 1) for w in walls]})
             print(f"{name}: error: {err}", flush=True)
             continue
+        if ns.keep:
+            os.makedirs(ns.keep, exist_ok=True)
+            with open(os.path.join(ns.keep, f"{name}.json"), "w") as f:
+                json.dump(plan, f, indent=1)
         row = summary(name, model, devices, profile, plan, walls, ns.check)
         rows.append(row)
         print(f"{name}: {row['mode']} {row['replicas']}x {row['replica_mesh']} "
@@ -188,6 +271,9 @@ def main(argv=None) -> int:
     if ns.json:
         with open(ns.json, "w") as f:
             json.dump({"rows": rows, "topk": topk_rows()}, f, indent=1)
+    if ns.markdown:
+        with open(ns.markdown, "w") as f:
+            f.write(markdown(rows, topk_rows()))
     return 0
 
 
