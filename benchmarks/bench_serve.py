@@ -117,6 +117,7 @@ def summary(name: str, model: str, devices: int, profile: str, plan: dict, walls
         "decode_tokens_per_s_per_user": round(1000 / r["decode"]["tpot_ms"], 2),
         "tokens_per_s_per_user": r["tokens_per_s_per_user"], "tokens_per_s": r["tokens_per_s"],
         "tail": r["decode"]["tail"]["chosen"],
+        "tt_mlir": {k: (r[k].get("tt_mlir") or {}).get("words") for k in ("prefill", "decode")},
         "priced": {k: p["cost"].get("checked_us") is not None and "checked" or "whole model" for k, p in phases.items()},
         "strategies": {k: p["strategy"] for k, p in phases.items()},
         "beat": [{"config": f"{c['mode']} {c['replicas']}x {c['replica_mesh']}"
@@ -201,6 +202,10 @@ def markdown(rows: list[dict], topk: list, head: str = "") -> str:
                        f"{' / '.join(str(c) for c in r.get('cpu_s') or []) or '-'} | {r['load']} | "
                        f"{r['configurations'] - r['refused']} ({sec.get('screens', '-')} phase screens) | "
                        f"{sec.get('screening', '-')} | {sec.get('chosen', '-')} |")
+        checked = [r for r in timed if r["check"]]
+        for r in checked:
+            out.append("")
+            out += [f"- {r['case']}, tt-mlir verdict: {k}: {w}" for k, w in (r.get("tt_mlir") or {}).items()]
     out += ["", "### Each phase alone against the published figures (validation rows)", "",
             "tt-metal's PERF.md reports one prompt's TTFT and 1 / decode step as t/s/u; the record's "
             "`prefill.ttft_ms` and `decode.tpot_ms` are those (the phases alone, not under load). The published "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import math
 import re
 import sys
@@ -939,9 +940,10 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
 
     lead = c.layout or "decode"
     own, shared = "own search", f"the {lead} plan's weights"
-    pre = phase(c.prefill, {"ttft_ms": f["prefill_ttft_ms"],
+    pre = phase(c.prefill, {"ttft_ms": f["prefill_ttft_ms"], "tt_mlir": phase_verdict(c.prefill),
                             "layout": own if c.mode == "disaggregated" or lead == "prefill" else shared})
-    dec = phase(c.decode, {"layout": own if c.mode == "disaggregated" or lead == "decode" else shared,
+    dec = phase(c.decode, {"tt_mlir": phase_verdict(c.decode),
+                           "layout": own if c.mode == "disaggregated" or lead == "decode" else shared,
                            "kv_len": c.decode.seq_len, "step_with_tail_us": f["decode_step_us"], "tail": f["tail"],
                            "prefill_interleave_ms": f["prefill_interleave_ms"], "tpot_ms": f["decode_tpot_ms"],
                            "cache_sharding": c.decode.kv_sharding})
@@ -980,6 +982,21 @@ def build_record(d: Deployer, c: Config, configs: list[Config], screened: Config
         "tokens_per_s_per_chip": f["tokens_per_s_per_chip"],
         "limits": f["limits"], "links": links_record(d, c), "configurations": entries,
     }
+
+
+NOT_CHECKED = "not checked (the tt-mlir check is off: --no-check, or SHARD_OPT_CHECK=0 without --check)"
+
+
+def phase_verdict(fig: PhaseFigures) -> dict:
+    """The tt-mlir check's verdict on a phase's plan, as the plan carries it
+    (``checks.tt_mlir.verdict``: ``shard_opt.verdict``, the same words as every output), or
+    that the check did not run."""
+    plan = fig.outcome.plan if fig.outcome is not None else None
+    chk = ((getattr(plan, "checks", None) or {}).get("tt_mlir")) or {}
+    v = chk.get("verdict")
+    if v is not None:
+        return json.loads(json.dumps(v, default=dict))
+    return {"checked": False, "deliverable": False, "words": NOT_CHECKED}
 
 
 def links_record(d: Deployer, c: Config) -> dict:

@@ -1436,6 +1436,10 @@ def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None
                  f"each cut in two: prefill on {pre['mesh']}, decode on {dec['mesh']}")
     out.append(f"- **Deployment**: {where}; {r['devices_used']} of {r['devices']} chips; objective "
                f"{OBJECTIVES.get(r['objective'], r['objective'])}.")
+    verdicts = [(k, (r[k].get("tt_mlir") or {})) for k in ("prefill", "decode")]
+    if any(v for _, v in verdicts):  # each phase's tt-mlir verdict, as its own section and stderr say
+        out.append("- **tt-mlir**: " + "; ".join(f"{k}: {_md(v.get('words') or 'not checked')}" for k, v in verdicts)
+                   + ".")
     links = r.get("links")
     if links:
         def wiring(phase):
