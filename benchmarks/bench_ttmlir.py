@@ -156,6 +156,7 @@ def main(argv=None) -> int:
             rows.append(run(case, args.timeout, args.cold))
         except subprocess.TimeoutExpired:
             rows.append({"case": case, "error": f"timed out after {args.timeout:.0f} s"})
+        sys.stderr.write(table(rows[-1:]).splitlines()[2] + "\n")  # the row, as soon as it is known
     print(table(rows))
     ok = [r for r in rows if "check" in r]
     print(f"\n{sum(1 for r in ok if r['check']['matches'])} of {len(rows)} plans match tt-mlir "
