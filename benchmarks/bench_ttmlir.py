@@ -47,7 +47,7 @@ def parse_case(case: str):
     name, _, rest = case.partition("@")
     mesh, _, phase = rest.partition(":")
     name, _, layers = name.partition(":")
-    src = EXAMPLES.get(name, name if name.endswith(".py") else f"zoo:{name}")
+    src = EXAMPLES.get(name, os.path.abspath(name) if name.endswith(".py") else f"zoo:{name}")
     argv = [src, "--mesh", mesh]
     if layers:
         argv += ["--layers", layers]
