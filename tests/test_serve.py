@@ -191,13 +191,14 @@ def test_topk_is_chunked_and_a_vocab_split_head_samples_cheaper():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    """One --serve run on a Wormhole n300 (2 chips): every output written."""
+    """One --serve run on a Wormhole n300 (2 chips), with the tt-mlir check (as the command
+    line runs by default with jax-tt-plugin installed): every output written."""
     from shard_opt.cli import main
 
     d = tmp_path_factory.mktemp("serve")
     args = [LLAMA, "--devices", "2", "--system", "n300", "--serve", "isl=32,osl=16,users=2", "--quiet",
             "--plan-json", d / "plan.json", "--report", d / "r.md", "-o", d / "m.mlir", "--emit-torch", d / "s.py",
-            "--emit-lit-test", d / "t.mlir"]
+            "--emit-lit-test", d / "t.mlir", "--check"]
     assert main([str(a) for a in args]) == 0
     return d, json.loads((d / "plan.json").read_text())
 
@@ -209,6 +210,23 @@ def _local_bytes(arg, sizes) -> float:
     return n * dtype_bytes(arg.get("storage") or arg["dtype"])
 
 
+def _step(plan: dict) -> float:
+    return plan["cost"]["checked_us"]
+
+
+def test_each_phase_goes_through_the_tt_mlir_check(served):
+    """The verdict of each phase's plan (deliverable.check_search / check_evaluated, as any
+    plan's) is the record's, and the report's deployment section says it."""
+    d, plan = served
+    r = plan["serving"]
+    for key, p in zip(("prefill", "decode"), plan["pipeline"]):
+        verdict = p["checks"]["tt_mlir"]["verdict"]
+        assert verdict["checked"] and verdict["compiled"]
+        assert r[key]["tt_mlir"] == verdict
+    line = next(x for x in (d / "r.md").read_text().splitlines() if x.startswith("- **tt-mlir**"))
+    assert f"prefill: {r['prefill']['tt_mlir']['words'][:40]}" in line and "; decode: " in line
+
+
 def test_the_serving_record_is_its_phase_plans(served):
     _, plan = served
     r = plan["serving"]
@@ -216,7 +234,9 @@ def test_the_serving_record_is_its_phase_plans(served):
     assert (pre["phase"], dec["phase"]) == ("prefill", "decode")
     assert (pre["batch"], pre["seq_len"]) == (1, 32)
     assert dec["seq_len"] == 32 + 16 and dec["batch"] == r["users_per_replica"]
-    assert r["prefill"]["step_us"] == pre["cost"]["total_us"] and r["decode"]["step_us"] == dec["cost"]["total_us"]
+    # each phase's step: its plan's, as the tt-mlir check priced it (what tt-mlir emits)
+    assert r["prefill"]["priced"] == r["decode"]["priced"] == "checked"
+    assert r["prefill"]["step_us"] == _step(pre) and r["decode"]["step_us"] == _step(dec)
     # KV cache: the decode plan's cache arguments, and the formula from the config
     caches = [a for a in dec["arguments"] if a["kind"] == "cache"]
     assert len(caches) == 2 * 2
@@ -233,11 +253,11 @@ def test_the_serving_record_is_its_phase_plans(served):
     assert tail["replaces_us"] == pytest.approx(gather, abs=1e-3)
     chosen = next(o for o in tail["options"] if o["name"] == tail["chosen"])
     assert chosen["total_us"] == min(o["total_us"] for o in tail["options"] if o["total_us"] is not None)
-    step = dec["cost"]["total_us"] - gather + chosen["total_us"]
+    step = _step(dec) - gather + chosen["total_us"]
     assert r["decode"]["step_with_tail_us"] == pytest.approx(step, abs=2e-3)
     # TTFT, TPOT and tokens/s from the steady state of those steps
     u, osl = r["users_per_replica"], 16
-    t_p = pre["cost"]["total_us"] / 1e3
+    t_p = _step(pre) / 1e3
     if r["mode"] == "colocated":
         assert r["prefill"]["ttft_ms"] == pytest.approx(t_p, abs=1e-4)
         assert r["ttft_ms"] == pytest.approx((u + 1) / 2 * t_p, abs=1e-4)
