@@ -50,6 +50,12 @@ by a prefill each and the prefill half serves them as they come, unless it canno
 
 and for both: tokens/s per replica = u x osl / cycle; tokens/s/user = 1 / TPOT
 (tt-inference-server's definition); tokens/s = replicas x tokens/s per replica.
+
+These are the figures under load (the record's ``ttft_ms`` / ``tpot_ms``: what the benchmark
+client sees). Each phase alone is the record's ``prefill.ttft_ms`` (one prompt on an idle
+replica: the prefill step, plus the handover disaggregated) and ``decode.tpot_ms`` (the
+decode step with its sampling tail): what tt-metal's PERF.md reports as TTFT and 1 / t/s/u,
+and what ``benchmarks/bench_serve.py`` holds against its rows.
 """
 
 from __future__ import annotations
