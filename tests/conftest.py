@@ -242,7 +242,7 @@ def _why(report) -> tuple[str, str]:
 
 
 def pytest_unconfigure(config):
-    if not _FAILURES:
+    if not _FAILURES or os.environ.get("PYTEST_XDIST_WORKER"):  # the controlling process says it
         return
     tr = config.pluginmanager.get_plugin("terminalreporter")
     write = tr.write_line if tr is not None else print
