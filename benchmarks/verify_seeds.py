@@ -35,7 +35,7 @@ from test_verify_bf16 import CASES, SCRIPTS, SPECS, wrong_plan  # noqa: E402
 
 def plan_text(name: str, flags, out: Path) -> str:
     how = ["--evaluate", "--spec", os.path.join(SPECS, name + ".json"), *flags] if flags is not None else []
-    code = cli([os.path.join(SCRIPTS, name + ".py"), "--mesh", "1x8", "--dtype", "bf16", "--quiet", "-o", str(out),
+    code = cli([os.path.join(SCRIPTS, name + ".py"), "--mesh", "1x8", "--dtype", "bf16", "--quiet", "--no-check", "-o", str(out),
                 *how])
     if code != 0:
         raise SystemExit(f"{name}: shard-opt exited {code}")
