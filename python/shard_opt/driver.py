@@ -173,7 +173,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     with timing.phase("search"):
         t0 = time.monotonic()
         short = safety.layer_copy(model)  # the sites of a layer are every layer's
-        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments)
+        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments, allow=opts.allow,
+                            removed=removed)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                         scorer=scorer, progress=progress, seeds=seeds, sites=sites)
         seconds = time.monotonic() - t0

@@ -51,6 +51,27 @@ def limits(model, structure, allow: frozenset[str] = frozenset()) -> dict[tuple[
     return out
 
 
+def site_limits(shape, classes, allow: frozenset[str] = frozenset()) -> dict[int, tuple[int, str]]:
+    """dim -> (units, rule) of a constraint site (a reshape's result of ``shape``, each dim's
+    argument-dim classes): as ``limits`` for an argument, by the rules not allowed."""
+    out: dict[int, tuple[int, str]] = {}
+    for rule in RULES:
+        if rule.id not in allow:
+            for d, units in rule.site_excludes(shape, classes).items():
+                if d not in out or units < out[d][0]:
+                    out[d] = (math.gcd(units, out[d][0]) if d in out else units, rule.id)
+    return out
+
+
+def site_allowed(option, limit: dict, mesh) -> str | None:
+    """The rule a constraint ``option`` (a TensorSharding of a site) breaks, or None."""
+    for d in range(option.rank):
+        got = limit.get(d)
+        if option.dims[d] and got is not None and got[0] % option.split_factor(d, mesh):
+            return got[1]
+    return None
+
+
 def allowed(option, arg, limit: dict, mesh) -> str | None:
     """The rule ``option`` (a TensorSharding of argument ``arg``) breaks, or None."""
     for d in range(option.rank):

@@ -103,6 +103,8 @@ CLAIMS: dict[str, Claim] = {
                                         r"residual"),
     "fused-split-miscompile": Claim("split / chunk across a sharded fused dim miscompiles", r"split|chunk|fused"),
     "kv-heads-replicated": Claim("layers with 1-2 KV heads cannot be head-sharded", r"KV|K/V"),
+    "tile-aligned-shards": Claim("a sequence-parallel split must leave whole 32-row tiles on each device",
+                                 r"tile|32"),
     "ccl-sum-only": Claim("CCL reductions are Sum only", r"sum"),
     "zero-stages": Claim("ZeRO memory per stage", r"ZeRO"),
     "torch-xla-spmd": Claim("the tt-xla PyTorch SPMD set-up", r"SPMD|mark_sharding"),
@@ -323,6 +325,14 @@ CITATIONS: dict[str, Source] = {
         "tt-forge-models Gemma 4 loader (KV heads)",
         "layers with 1-2 KV heads cannot be head-sharded: K/V stay replicated",
         "kv-heads-replicated", _LIMITS),
+    # Read with the search tool, not (yet) in the reference notes: VERIFIED_ELSEWHERE.
+    "tt_xla_5309": _src(
+        "tt-xla PR 5309 (Wan 2.2 sequence-parallel DiT)",
+        "when the token length over the sequence-parallel axis is not a multiple of the 32x32 tile, "
+        "ttnn.mesh_partition slices with a tile-unaligned begin and stops: TT_FATAL \"Can only slice "
+        "tilized tensor with height begin index aligned to tiles\"; fixed by padding the length to a "
+        "multiple of SP*32",
+        "tile-aligned-shards", _LIMITS),
 }
 
 # key -> a phrase the reference notes contain (a test keeps citations honest).
@@ -365,6 +375,15 @@ EVIDENCE: dict[str, str] = {
     "expert_residual_stream": "PCC ~0.37",
     "expert_fused_split": "miscompiles under Shardy",
     "expert_kv_heads": "Gemma 4 loader",
+}
+
+# key -> where a source not (yet) in the reference notes was read, and a phrase of it: the
+# rest of the table restates the notes (EVIDENCE); these were read with the search tool and
+# carry their address and the date they were read. Each key is in exactly one of the two.
+VERIFIED_ELSEWHERE: dict[str, str] = {
+    "tt_xla_5309": "https://github.com/tenstorrent/tt-xla/pull/5309 (merged 2026-06-22; read 2026-12-05): "
+                   "\"Pad the post-patchify sequence length to a multiple of SP*32 so every SP shard is a whole "
+                   "number of tiles\"",
 }
 
 
