@@ -431,7 +431,8 @@ def per_op_rows(report: Report) -> None:
         report.rows.append(Row(
             f"Galaxy prefill 128 {name}", "per-op", "tenstorrent-tuned", cm_pre.kernel_us(op, g6), ns / 1e3,
             "prefill", use, why=WHY_PREFILL_SMALL if small else None, band=PREFILL_SMALL_BAND if small else None,
-            detail=(f"tile rows {cm_pre.rows(op):.0f}, prefill share {cm_pre.prefill_share(op):.2f}" if not small else "no prefill constant for its class: priced with the "
+            detail=(f"{cm_pre.rows(op):.0f} rows, prefill share {cm_pre.prefill_share(op):.2f}" if not small
+                    else "no prefill constant for its class: priced with the "
                     "decode latency") + "; no prefetcher (tt-metal prefills from DRAM)"))
     for name, target, parts in CCL_CI_TARGETS:
         modeled = sum(part_us(p, cm, g6) for p in parts)
@@ -655,7 +656,8 @@ def group_size_checks(report: Report) -> None:
         report.checks.append(Check(
             f"{system_name} {'x'.join(map(str, mesh))}: a collective over n chips (group size only) never costs more "
             f"than over n + 1", not worst,
-            "; ".join(f"{k} {_size(b)}: {n} chips {t0:.1f} us > {n + 1} chips {t1:.1f} us" for k, b, n, t0, t1 in worst[:4])
+            "; ".join(f"{k} {_size(b)}: {n} chips {t0:.1f} us > {n + 1} chips {t1:.1f} us"
+                      for k, b, n, t0, t1 in worst[:4])
             or f"{SOURCES['model']}: every kind at 4 KiB-16 MiB, n = 2..{math.prod(mesh)}"))
 
 

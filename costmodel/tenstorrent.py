@@ -30,9 +30,10 @@ move at ``dram_efficiency``; long prompts are math bound and keep the large-matm
 efficiency (docs/costmodel.md 2.0). No regime switches at a row count: 33 rows cost one
 tile row more than 32, not a different kernel.
 
-A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak, reads its KV at ``sdpa_dram_efficiency`` and walks its cache
-at ``sdpa_position_us`` per position (``OpWork.kv_len``). Every device op and every collective also pays the
-op-to-op gap (``dispatch``: ``traced``, ``untraced`` or ``none``).
+A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak, reads its KV
+at ``sdpa_dram_efficiency`` and walks its cache at ``sdpa_position_us`` per position
+(``OpWork.kv_len``). Every device op and every collective also pays the op-to-op gap
+(``dispatch``: ``traced``, ``untraced`` or ``none``).
 
 Under the generic profile (the program tt-mlir compiles) the step also pays for the device
 ops TTNN runs that no priced op stands for -- layout and data movement, 2-3x the priced ops
@@ -107,8 +108,9 @@ class TenstorrentModel(CostModel):
 
     def collective_us(self, c: Collective, facts: ModuleFacts, system: System) -> float:
         # a tilized tensor moves whole 32x32 tiles: a decode step's [1, 4096] row moves as [32, 4096]
+        nbytes = c.bytes_per_device * tile_padding(c.in_local_shape)
         t = system.collective_time_us(
-            c.kind, c.bytes_per_device * tile_padding(c.in_local_shape), collective_axis(c, facts), facts.mesh_shape,
+            c.kind, nbytes, collective_axis(c, facts), facts.mesh_shape,
             axis_names=facts.mesh_axes, allow_collective_permute=self.allow_collective_permute,
             native_all_to_all=self.native_all_to_all, profile=self.ccl_profile,
         )
@@ -149,16 +151,16 @@ class TenstorrentModel(CostModel):
     def _kernel_us(self, op: OpWork, system: System, nbytes: float, share: float = 1.0, *,
                    weight_bytes: float = 0) -> float:
         """One kernel: the roofline of ``nbytes`` of traffic (``weight_bytes`` of it a
-        weight), its math on ``share`` of the compute grid, at least the shortest kernel. Activation rows are padded to whole
-        tiles (``TILE_ROWS``); a matmul streams its weight at the share its tile rows give
-        (``weight_share``: continuous from the decode kernels' one tile row to the
-        prefill kernels' four, docs/costmodel.md 2.0)."""
+        weight), its math on ``share`` of the compute grid, at least the shortest kernel.
+        Activation rows are padded to whole tiles (``TILE_ROWS``); a matmul streams its
+        weight at the share its tile rows give (``weight_share``: continuous from the
+        decode kernels' one tile row to the prefill kernels' four, docs/costmodel.md 2.0)."""
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
         latency = c.latency_us.get(kernel_class(op.kind, op.name), 0.0)
         if op.kind == "sdpa":
             # its query rows are not padded: a decode kernel packs a KV group's query heads
-            # into one tile row, and a sub-tile sequence split is removed (rule tile-rows)
+            # into one tile row, and a sub-tile sequence split is removed (rule tile-aligned)
             math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)
             kv_us = system.dram_us(nbytes, c.sdpa_dram_efficiency)
             return max(latency + max(math_us, kv_us) + op.kv_len * c.sdpa_position_us, c.kernel_floor_us)

@@ -36,7 +36,7 @@ class Walk:
     moving: list = field(default_factory=list)  # slice / pad / reverse ops
     reshapes: list = field(default_factory=list)
     collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
-    slices: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_slice
+    slices: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_slice of an activation
     weight_values: set = field(default_factory=set)
     shard: dict = field(default_factory=dict)  # Value -> TensorSharding
     mesh: object = None  # the module's Mesh (a sharding's split factors)

@@ -18,9 +18,11 @@ whole tiles). Either way a sub-tile token split buys nothing the compiler runs.
   token dims of a constraint site (a reshape inside the model whose dim is indexed by
   token dims only: Falcon's fused QKV split into heads, [1, 128, 73, 64], may not take its
   128 tokens 8 ways).
-- ``breaks``: the propagated module slices a whole-tile row dim (a tensor's second-to-last,
-  a multiple of 32) on device (an ``sdy.all_slice``: TTNN's ``mesh_partition``) into shards
-  that are not whole tiles: 128 token rows into 16 per chip. A row dim that was not whole
+- ``breaks``: the propagated module slices an activation's whole-tile row dim (a tensor's
+  second-to-last, a multiple of 32) on device (an ``sdy.all_slice``: TTNN's
+  ``mesh_partition``) into shards that are not whole tiles: 128 token rows into 16 per chip.
+  A weight sliced on device (a replicated weight Shardy splits: const-eval, once at load) is
+  not this rule's. A row dim that was not whole
   tiles to begin with (8 heads of a [.., heads, head_dim] tensor) and the column dim (the
   features, other rules' matter) are not this rule's.
 """
