@@ -319,6 +319,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             walk.collectives.add(name)
             if name == "sdy.all_slice" and o0 not in weight_values:  # an activation sliced on device
                 walk.slices.append((tuple(local_of(o0)[0]), tuple(local_of(results[0])[0])))
+            elif name == "sdy.all_gather" and o0 not in weight_values:  # an activation gathered
+                walk.gathers.append((tuple(local_of(o0)[0]), tuple(local_of(results[0])[0])))
             pending.append((_collective(op, name, o0, results[0], index, local_of, shard, mesh, meshes,
                                         origin.get(o0, -1)), op))
             continue

@@ -37,6 +37,7 @@ class Walk:
     reshapes: list = field(default_factory=list)
     collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
     slices: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_slice of an activation
+    gathers: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_gather of an activation
     weight_values: set = field(default_factory=set)
     shard: dict = field(default_factory=dict)  # Value -> TensorSharding
     mesh: object = None  # the module's Mesh (a sharding's split factors)
@@ -85,7 +86,7 @@ class Rule:
 
 
 _MODULES = ("residual_stream", "vocab_gather", "heads", "conv_spatial", "collective_permute", "fused_split",
-            "reshape_constraint", "tile_aligned")
+            "reshape_constraint", "tile_aligned", "tile_columns")
 RULES: tuple[Rule, ...] = tuple(importlib.import_module(f"{__name__}.{m}").RULE for m in _MODULES)
 BY_ID = {r.id: r for r in RULES}
 DETECTORS = tuple(r for r in RULES if type(r).breaks is not Rule.breaks)
