@@ -277,6 +277,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             routers.append(op)
         elif name == "stablehlo.reshape":
             walk.reshapes.append(op)
+        elif name == "stablehlo.dot_general":
+            walk.dots.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in _CACHE_WRITES and results and operands and operands[0] in cache_values and operands[0] in stored:
             # the KV cache with its new rows keeps the cache's storage (``cache=bfp8``):

@@ -726,8 +726,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
                                              "not_dividing": user.not_dividing}}
         if user.activations:
             plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
-        if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
-            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
+        if broken - set(opts.allow) - safety.REPORTED:  # the plan is the spec: it breaks them as written
+            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow) - safety.REPORTED)
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.note(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")

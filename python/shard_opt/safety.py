@@ -9,7 +9,10 @@ How a rule acts (its ``action``, the report's column):
 - ``inf``: a plan that does it is priced infinite (found in the propagated module:
   ``shard_opt.analysis`` records ``ModuleFacts.violations``);
 - ``guard``: the plan pays for the safe form (a gather before a slice, a replicated
-  anchor before a constraint), priced as such.
+  anchor before a constraint), priced as such;
+- ``report``: found in the propagated module and said (``plan_breaks``, a note), never
+  priced infinite (``one-axis-contraction``: what tt-mlir emits is what the plan pays for,
+  and whether it computes right is the tt-mlir numerics check's verdict).
 
 The search and the report both read the rules: the plan JSON's ``safety`` lists each
 rule, what it removed and whether the user allowed it.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import math
 
 from shard_opt.errors import UserError
-from shard_opt.rules import BY_ID, RULES, Rule  # noqa: F401  (the driver's names for them)
+from shard_opt.rules import BY_ID, REPORTED, RULES, Rule  # noqa: F401  (the driver's names for them)
 from shard_opt.rules.vocab_gather import gather_indexed_dims  # noqa: F401
 
 

@@ -38,6 +38,7 @@ class Walk:
     collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
     slices: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_slice of an activation
     gathers: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_gather of an activation
+    dots: list = field(default_factory=list)  # every stablehlo.dot_general
     weight_values: set = field(default_factory=set)
     shard: dict = field(default_factory=dict)  # Value -> TensorSharding
     mesh: object = None  # the module's Mesh (a sharding's split factors)
@@ -48,7 +49,8 @@ class Rule:
     id: str
     title: str
     citation: str  # a key of shard_opt.emit.citations.CITATIONS
-    action: str  # "exclude" | "inf" | "guard": how it mainly acts (the report's column)
+    action: str  # "exclude" | "inf" | "guard" | "report": how it mainly acts (the report's column; "report": found
+    # and said, not priced)
     detail: str
     guard_ops: tuple[str, ...] = ()
 
@@ -86,11 +88,12 @@ class Rule:
 
 
 _MODULES = ("residual_stream", "vocab_gather", "heads", "conv_spatial", "collective_permute", "fused_split",
-            "reshape_constraint", "tile_aligned", "tile_columns")
+            "reshape_constraint", "tile_aligned", "tile_columns", "one_axis_contraction")
 RULES: tuple[Rule, ...] = tuple(importlib.import_module(f"{__name__}.{m}").RULE for m in _MODULES)
 BY_ID = {r.id: r for r in RULES}
 DETECTORS = tuple(r for r in RULES if type(r).breaks is not Rule.breaks)
 GUARDS = tuple(r for r in RULES if r.guard_ops)
+REPORTED = frozenset(r.id for r in RULES if r.action == "report")  # found and said, never priced infinite
 
 
 def violations(walk: Walk) -> list[str]:
