@@ -413,8 +413,10 @@ VERIFIED_ELSEWHERE: dict[str, str] = {
                            "input_shape[dim] // num_devices % 32 != 0\" -> \"Unsupported test case\"",
     "tt_xla_3484": "https://github.com/tenstorrent/tt-xla/issues/3484 (open; read 2026-12-05): \"GPT-OSS-20B Hang "
                    "during lm_head sharding with 2d shard specs\"",
-    "tt_forge_models_one_axis": "https://github.com/tenstorrent/tt-forge-models/pull/857, /775, /847, /853 "
-                                "(cited by issue 32, 2026-12-05; the PCC figure is issue 32's reading of them)",
+    "tt_forge_models_one_axis": "https://github.com/tenstorrent/tt-forge-models/pull/857 (merged; read 2026-12-05): "
+                                "\"the sharded output fails with a PCC drop of 0.093 ... Every contraction dim now "
+                                "stays on one axis\"; /780 (the collective_permute error); /775, /847, /853 as issue "
+                                "32 cites them (not read)",
 }
 
 
