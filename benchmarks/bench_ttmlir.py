@@ -3,6 +3,7 @@
     python benchmarks/bench_ttmlir.py                    # the zoo x {1x8, 2x4} and the examples (~15 min)
     python benchmarks/bench_ttmlir.py --quick            # examples and 1-layer zoo models only
     python benchmarks/bench_ttmlir.py --cases llama-3-8b@2x4,mlp@1x8 --markdown
+    python benchmarks/bench_ttmlir.py --cases benchmarks/families/falcon_7b.py:2@1x8 --cold
 
 Each case is one ``shard-opt INPUT --mesh MESH --plan-json TMP --check`` process with
 ``SHARD_OPT_TIMINGS`` (the ``check`` phase is its wall seconds). The table shows, per
@@ -12,7 +13,12 @@ axis, as TTIR writes it), what tt-mlir's TTIR and TTNN run per step (TTNN: colle
 const-eval functions), whether they match (``checks.tt_mlir.matches``: TTIR and TTNN held
 against the plan by ``verify_ir``), TTNN device ops per step against the compute ops the
 plan prices, the modeled and the checked cost, whether the check changed the
-recommendation, and the check's own seconds. Every difference the check found is listed
+recommendation, the check's verdict (``checks.tt_mlir.verdict``: compiled in which form,
+tt-mlir numerics passed / FAILED / not run, and on what), the plan recommended, and the
+check's own seconds. A run that finds nothing deliverable (exit 4) is a row like the others.
+``--cold`` gives each case a fresh cache directory (no lowering, compile or numerics kept
+from an earlier run: the check's cost as a first run pays it). A case is a zoo name or a
+load script path (``PATH.py[:LAYERS]@MESH``). Every difference the check found is listed
 under the table.
 """
 
@@ -41,7 +47,7 @@ def parse_case(case: str):
     name, _, rest = case.partition("@")
     mesh, _, phase = rest.partition(":")
     name, _, layers = name.partition(":")
-    src = EXAMPLES.get(name, f"zoo:{name}")
+    src = EXAMPLES.get(name, name if name.endswith(".py") else f"zoo:{name}")
     argv = [src, "--mesh", mesh]
     if layers:
         argv += ["--layers", layers]
@@ -69,38 +75,56 @@ def short(counts: dict, load: dict | None = None) -> str:
     return " + ".join(parts) or "-"
 
 
-def run(case: str, timeout: float) -> dict:
+def run(case: str, timeout: float, cold: bool = False) -> dict:
     label, argv = parse_case(case)
     with tempfile.TemporaryDirectory() as d:
         plan_path, times_path = os.path.join(d, "plan.json"), os.path.join(d, "t.json")
         env = {**os.environ, "SHARD_OPT_TIMINGS": times_path, "SHARD_OPT_CHECK": "1"}
+        if cold:
+            env["SHARD_OPT_CACHE"] = os.path.join(d, "cache")
+            env.setdefault("SHARD_OPT_TT_DIR", os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))  # assets kept
         t0 = time.monotonic()
         p = subprocess.run([sys.executable, "-m", "shard_opt.cli", *argv, "--plan-json", plan_path, "-o", os.devnull,
                             "--quiet"], env=env, capture_output=True, text=True, timeout=timeout)
         wall = time.monotonic() - t0
-        if p.returncode != 0:
+        if p.returncode not in (0, 4):  # 4: nothing deliverable, every output written and marked
             return {"case": label, "error": (p.stderr.strip().splitlines() or ["?"])[-1]}
         with open(plan_path) as f:
             plan = json.load(f)
         with open(times_path) as f:
             times = json.load(f)
     chk = plan["checks"]["tt_mlir"]
-    return {"case": label, "plan": plan, "check": chk, "wall": wall, "check_s": times.get("check")}
+    return {"case": label, "plan": plan, "check": chk, "wall": wall, "check_s": times.get("check"),
+            "exit": p.returncode}
+
+
+def verdict(chk: dict) -> str:
+    """The verdict in a cell: the form, then the numerics (and where they ran)."""
+    v = chk.get("verdict") or {}
+    if not v.get("checked", True):
+        return "not checked"
+    if not v.get("compiled"):
+        return "**not compiled**"
+    form = {"on": "composites", "off": "**composites off**", "none": "compiled"}.get(v.get("composites"), "compiled")
+    n = v.get("numerics", "?")
+    n = {"failed": "**numerics FAILED**", "passed": "numerics passed", "not run": "numerics not run"}.get(n, n)
+    on = v.get("numerics_on", "the whole model")
+    return f"{form}; {n}" + (f" ({on})" if on != "the whole model" else "")
 
 
 def table(rows: list[dict]) -> str:
     head = ("| case | plan prices | TTIR per step | TTNN per step | match | TTNN ops / priced | modeled us | "
-            "checked us | moved | check s |")
-    out = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+            "checked us | moved | verdict | recommended | check s |")
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['case']} | error: {r['error']} | | | | | | | | |")
+            out.append(f"| {r['case']} | error: {r['error']} | | | | | | | | | | |")
             continue
         plan, chk = r["plan"], r["check"]
         if not chk["compiled"]:
             out.append(f"| {r['case']} | {short(priced_counts(plan))} | not compiled | | no | | "
-                       f"{plan['cost']['total_us']:.1f} | | | {r['check_s'] or 0:.1f} |")
+                       f"{plan['cost']['total_us']:.1f} | | | {verdict(chk)} | - | {r['check_s'] or 0:.1f} |")
             notes.append(f"- {r['case']}: {chk['error']}")
             continue
         st = chk["stages"]
@@ -109,7 +133,8 @@ def table(rows: list[dict]) -> str:
                    f"{short(st.get('ttnn', {}), chk['collectives_at_load'].get('ttnn'))} | "
                    f"{'yes' if chk['matches'] else '**no**'} | {chk['ttnn_ops_per_step']} / "
                    f"{chk.get('priced_device_ops')} | {plan['cost']['total_us']:.1f} | {chk.get('checked_us', 0):.1f} | "
-                   f"{moved} | {r['check_s'] or 0:.1f} |")
+                   f"{moved} | {verdict(chk)} | {chk.get('recommended') or '**none (exit 4)**'} | "
+                   f"{r['check_s'] or 0:.1f} |")
         for d in chk["differences"]:
             notes.append(f"- {r['case']}: {d}")
     return "\n".join(out + ([""] + ["Differences:"] + notes if notes else []))
@@ -121,19 +146,23 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", help="comma list of NAME[:LAYERS]@MESH[:PHASE]")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--cold", action="store_true", help="a fresh cache per case (the check's first-run cost)")
     args = ap.parse_args(argv)
     cases = args.cases.split(",") if args.cases else QUICK if args.quick else FULL
     rows = []
     for case in cases:
         sys.stderr.write(f"bench_ttmlir: {case} ...\n")
         try:
-            rows.append(run(case, args.timeout))
+            rows.append(run(case, args.timeout, args.cold))
         except subprocess.TimeoutExpired:
             rows.append({"case": case, "error": f"timed out after {args.timeout:.0f} s"})
     print(table(rows))
     ok = [r for r in rows if "check" in r]
     print(f"\n{sum(1 for r in ok if r['check']['matches'])} of {len(rows)} plans match tt-mlir "
-          f"({sum(1 for r in ok if r['check']['compiled'])} compiled)")
+          f"({sum(1 for r in ok if r['check']['compiled'])} compiled); "
+          f"{sum(1 for r in ok if (r['check'].get('verdict') or {}).get('deliverable'))} deliverable, "
+          f"{sum(1 for r in ok if (r['check'].get('verdict') or {}).get('numerics') == 'passed')} with numerics "
+          f"passed, {sum(1 for r in ok if r.get('exit') == 4)} with nothing deliverable (exit 4)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump([{k: v for k, v in r.items() if k != "plan"} for r in rows], f, indent=1)

@@ -177,17 +177,20 @@ def load_mlir_text(text: str, *, name: str, where: str) -> LoweredModel:
         raise UserError(f"{where}: empty input; give a StableHLO module")
     module = ir.parse(text, filename=where)
     check_static_shapes(module, text, where=where)
+    meta = {}
     if "tenstorrent." in text and "stablehlo.composite" in text:
         # a module shard-opt wrote (-o): its tt-xla composites flattened, as tt-mlir flattens
-        # them before propagating, so it is priced as it was when written
+        # them before propagating, so it is priced as it was when written (and --evaluate's
+        # check compiles it with them again: meta["composites"])
         from shard_opt.passes.wrap_composites import flatten_composites
 
         if flatten_composites(module):
             text = ir.print_module(module)
+            meta["composites"] = "on"
     args = find_repeats(arguments_of(module, where=where))  # layers from repeated signatures
     layers = {a.layer for a in args if a.layer is not None}
     return LoweredModel(name=name, text=text, arguments=args, source="mlir",
-                        num_layers=(max(layers) + 1) if layers else None)
+                        num_layers=(max(layers) + 1) if layers else None, meta=meta)
 
 
 _MAYBE_DYNAMIC = re.compile(r"tensor<(?:\d+x)*[?*]")

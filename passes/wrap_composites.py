@@ -18,14 +18,15 @@ tt-xla's attributes (tt-mlir's own tests,
 ``is_causal`` and ``scale``) and operands (input, weight[, bias]; attention's query, key,
 value[, mask], K and V with their own KV heads: the GQA expansion stays in the body).
 
-It runs on the module handed to tt-mlir (the ``-o`` module: ``driver.annotate_many``).
+It runs on the module handed to tt-mlir (the ``-o`` module: ``annotate.annotate_many``).
 shard-opt's own propagation and pricing stay on the flat module, as tt-mlir's
 ``FlattenOrConvertCompositesPass`` flattens gelu / layer_norm composites before Shardy
 (rms_norm and scaled_dot_product_attention become custom_calls with tt-mlir's rules: batch
 dims -- and attention's heads -- pass through, the normalized dims -- attention's sequence
-and head_dim -- need replication). An attention whose propagated shardings that rule does
-not take (a split sequence, K and V sharded apart: ``_sdpa_misfits``) is left flat, and
-the check says so.
+and head_dim -- need replication). Every attention is wrapped, as tt-xla wraps every one
+whatever the plan: a plan whose shardings that rule does not take (a split sequence, K and
+V sharded apart: ``_sdpa_misfits``, which ``probe`` consults to leave those flat instead)
+is refused by tt-mlir in that form, and the check then holds it to its composites-off form.
 
 At tt-xla's default ``optimization_level`` 0 tt-mlir's TTNN decomposition turns every
 ``ttnn.scaled_dot_product_attention`` back into matmul + softmax + matmul (no op-model
@@ -66,13 +67,15 @@ class WrapComposites(ModulePass):
         wrap_composites(module, rms_norm=self.rms_norm, sdpa=self.sdpa)
 
 
-def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, arguments=None,
+def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, probe: bool = False, arguments=None,
                     left_flat: list | None = None) -> dict[str, int]:
     """Wrap the module's attentions, norms and GELUs in place; how many of each composite
     name. ``rms_norm``: wrap RMSNorms too (off by default: see the module docstring);
-    ``sdpa``: wrap attentions (on by default) whose propagated shardings tt-mlir's SDPA
-    rule takes (``_sdpa_misfits``; ``arguments``: the frontend's, for the propagation), the
-    others are left flat and, when ``left_flat`` is a list, described in it."""
+    ``sdpa``: wrap attentions (on by default), every one, as tt-xla's ``torch.compile``
+    wraps every ``F.scaled_dot_product_attention`` whatever the plan (the default form the
+    tt-mlir check compiles); with ``probe``, only those whose propagated shardings
+    tt-mlir's SDPA rule takes (``_sdpa_misfits``; ``arguments``: the frontend's, for the
+    propagation), the others left flat and, when ``left_flat`` is a list, described in it."""
     from shard_opt.passes.mark_fusions import _activation, _norm
 
     g = Graph.of(module)
@@ -86,7 +89,7 @@ def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, argume
             if got and not (got[1] & taken):
                 taken |= got[1]
                 found.append(got)
-        misfits = _sdpa_misfits(module, g, found, arguments)
+        misfits = _sdpa_misfits(module, g, found, arguments) if probe else {}
         if misfits and left_flat is not None:
             left_flat.extend(misfits.values())
         found = [f for i, f in enumerate(found) if i not in misfits]

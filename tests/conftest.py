@@ -25,6 +25,16 @@ os.environ.setdefault("PYTHONHASHSEED", "0")
 os.environ.setdefault("SHARD_OPT_CHECK", "0")
 os.environ.setdefault("SHARD_OPT_TT_DIR", os.path.join(tempfile.gettempdir(), "shard-opt-tt-mlir"))
 
+# No test passes or fails by the clock. CHILD_CEILING_S only ends a child process that hangs
+# (a failure, with what it printed, instead of a suite that never ends); every child the
+# tests run finishes in seconds to a minute on a loaded 2-core machine. The check's own
+# deadlines (a tt-mlir compile, the numerics run of tt-mlir's program) are set to it as well,
+# so a test of the check asserts on what the check computes, never on how fast it ran; the
+# deadlines themselves are tested with a process made to hang (tests/test_deliverable.py).
+CHILD_CEILING_S = 1200
+os.environ.setdefault("SHARD_OPT_TT_TIMEOUT", str(CHILD_CEILING_S))
+os.environ.setdefault("SHARD_OPT_NUMERICS_TIMEOUT", str(CHILD_CEILING_S))
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
@@ -76,6 +86,39 @@ REAL_RUNS = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_tt_mlir_compile_per_module():
+    """tt-mlir compiles each distinct module once per test run: the check's ``compile_all``
+    answers a module it compiled before (the same text, devices, system and mesh) with that
+    result under the new job's name. A result whose compiler never started is not kept, and
+    a test that replaces the compiler's child (``_child_command``) always compiles."""
+    import dataclasses
+
+    from shard_opt.ttmlir import check as ttc
+
+    real, child = ttc.compile_all, ttc._child_command
+    memo: dict = {}
+
+    def compile_all(jobs, system, mesh_shape):
+        if ttc._child_command is not child:
+            return real(jobs, system, mesh_shape)
+
+        def key(job):
+            return job.text, job.devices, getattr(system, "name", id(system)), tuple(mesh_shape)
+
+        todo = list({key(j): j for j in jobs if key(j) not in memo}.values())
+        fresh = dict(zip(map(key, todo), real(todo, system, mesh_shape))) if todo else {}
+        for k, c in fresh.items():
+            if not ttc.is_startup_error(c.error):
+                memo[k] = c
+        return [dataclasses.replace((memo.get(key(j)) or fresh[key(j)]), name=j.name,
+                                    irs=dict((memo.get(key(j)) or fresh[key(j)]).irs)) for j in jobs]
+
+    ttc.compile_all = compile_all
+    yield
+    ttc.compile_all = real
+
+
 @pytest.fixture(scope="session")
 def real_plan(tmp_path_factory):
     """``real_plan(name)``: the ``Plan`` the CLI writes for ``REAL_RUNS[name]`` (run once a
@@ -97,3 +140,44 @@ def real_plan(tmp_path_factory):
         return plan_from_json(json.loads(cache[name]), where=name)
 
     return get
+
+
+# ---------------------------------------------------------------------------------------
+# The last lines of a failing run: one per failed test, what kind of failure and why
+# (.ci/run's log ends with them; pytest's own short summary above is cut to the width).
+# HUNG: a child process outlived CHILD_CEILING_S and was killed (a hang, never slowness: every
+# child finishes in well under a minute); CRASHED: a child died on a signal; FAILED / ERROR
+# (in a fixture): an assertion or an exception, with its first line.
+# ---------------------------------------------------------------------------------------
+_FAILURES: list = []
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _FAILURES.append(report)
+
+
+def _why(report) -> tuple[str, str]:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else str(report.longrepr)
+    text = str(report.longrepr)
+    first = next((ln.strip() for ln in message.splitlines() if ln.strip()), "no message")
+    if "TimeoutExpired" in text:
+        kind = "HUNG"
+    elif "died on signal" in text or "Fatal Python error" in text or "Segmentation fault" in text:
+        kind = "CRASHED"
+    else:
+        kind = "ERROR" if report.when != "call" else "FAILED"
+    where = "" if report.when == "call" else f" (in {report.when})"
+    return kind, f"{first[:400]}{where}"
+
+
+def pytest_unconfigure(config):
+    if not _FAILURES:
+        return
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    write = tr.write_line if tr is not None else print
+    write(f"shard-opt tests: {len(_FAILURES)} failed; one line each (kind, test, why):")
+    for report in _FAILURES:
+        kind, why = _why(report)
+        write(f"{kind} {report.nodeid}: {why}")

@@ -47,6 +47,9 @@ class Program:
     arg_shapes: list[tuple[int, ...]]
     ops: list[str] = field(default_factory=list)  # op kinds, for reports
     result_shapes: list[tuple[int, ...]] = field(default_factory=list)
+    # 2 * output elements * contracted size, summed over the dot_generals: counted as they
+    # are built, from the shapes drawn (not read back from the text)
+    matmul_flops: int = 0
 
 
 @dataclass
@@ -76,6 +79,7 @@ class _Builder:
         self.kinds: list[str] = []
         self.n = 0
         self.need_zero = False
+        self.matmul_flops = 0
 
     def new_arg(self, shape) -> str:
         name = f"%arg{len(self.args)}"
@@ -83,8 +87,9 @@ class _Builder:
         self.values.append((name, tuple(shape)))
         return name
 
-    def emit(self, kind: str, rhs: str, shape) -> str:
+    def emit(self, kind: str, rhs: str, shape, contracted: int = 0) -> str:
         name = f"%{self.n}"
+        self.matmul_flops += 2 * math.prod(shape) * contracted
         self.n += 1
         self.lines.append(f"    {name} = {rhs}")
         self.values.append((name, tuple(shape)))
@@ -172,7 +177,7 @@ def programs(draw, min_ops: int = 1, max_ops: int = 8, dims=DIMS, max_elements: 
     others = [v for v in b.values if v[0] != results[0][0]]
     if others and draw(st.booleans()):
         results.append(draw(st.sampled_from(others)))
-    return Program(_render(b, results), list(b.args), list(b.kinds), [s for _, s in results])
+    return Program(_render(b, results), list(b.args), list(b.kinds), [s for _, s in results], b.matmul_flops)
 
 
 def _dot(draw, b: _Builder, name: str, shape) -> bool:
@@ -194,7 +199,7 @@ def _dot(draw, b: _Builder, name: str, shape) -> bool:
         if math.prod(out) > b.max_elements or bdim * k * n > b.max_elements:
             return False
         b.emit("dot", f"stablehlo.dot_general {name}, {rhs}, batching_dims = [0] x [0], contracting_dims = "
-                      f"[{c}] x [1] : ({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out)
+                      f"[{c}] x [1] : ({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out, k)
         return True
     if style == "existing":
         cands = [(n2, s2, j) for n2, s2 in b.values for j, d in enumerate(s2)
@@ -205,7 +210,7 @@ def _dot(draw, b: _Builder, name: str, shape) -> bool:
         rhs, rhs_shape, j = draw(st.sampled_from(cands))
         out = tuple(lhs_free + [d for i, d in enumerate(rhs_shape) if i != j])
         b.emit("dot", f"stablehlo.dot_general {name}, {rhs}, contracting_dims = [{c}] x [{j}] : "
-                      f"({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out)
+                      f"({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out, k)
         return True
     n = draw(st.sampled_from(b.dims))
     transposed = style == "weight_t"
@@ -218,7 +223,7 @@ def _dot(draw, b: _Builder, name: str, shape) -> bool:
         return False
     j = 1 if transposed else 0
     b.emit("dot", f"stablehlo.dot_general {name}, {rhs}, contracting_dims = [{c}] x [{j}] : "
-                  f"({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out)
+                  f"({ttype(shape)}, {ttype(rhs_shape)}) -> {ttype(out)}", out, k)
     return True
 
 

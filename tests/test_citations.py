@@ -189,8 +189,11 @@ def test_every_claim_has_a_source_and_every_source_known_claims():
 
 def test_bare_facts_carry_no_citation(_load):
     for name in FIXTURES:
-        body, _cite = _render(_load(name))
-        assert "fastest this way" not in body
+        body, cite = _render(_load(name))
+        # what the search computed for this model (its modeled times, speed-ups) is a bare
+        # fact: no sentence carrying a marker states one, whatever its wording
+        for _, _, sentence in _markers(body, cite):
+            assert not re.search(r"\d+(\.\d+)? ?(us|ms)\b|\d+\.\d+x\b", sentence), sentence
         assert not re.search(r"Two all-reduces per transformer layer is Megatron's forward cost", body)
         for line in body.splitlines():
             if line.startswith("| ") and not line.startswith(("| megatron", "| one-axis", "| autoshard", "| loader-spec")):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from shard_opt.emit.jax_code import emit_jax
+from conftest import CHILD_CEILING_S
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ttir")
 
@@ -37,6 +38,9 @@ def test_code_builds_named_shardings_on_eight_cpu_devices(tmp_path):
         "\nprint(len(IN_SHARDINGS), IN_SHARDINGS[ARG_NAMES.index('lm_head.weight')].spec, "
         "OUT_SHARDINGS)\n"))
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    # run as __main__ after importing shard_opt, which keeps jax off the Tenstorrent plugin
+    # (its unpack races other processes and can hang XLA: shard_opt.ir)
+    run = f"import shard_opt, runpy; runpy.run_path({str(path)!r}, run_name='__main__')"
+    r = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["22", "P('model',", "None)", "None"]  # the plan records no result shardings

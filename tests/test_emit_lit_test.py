@@ -10,6 +10,7 @@ import pytest
 
 from shard_opt.emit.lit_test import collective_checks, emit_lit_test
 from shard_opt.plan import Collective, Plan, PlanSchemaError
+from conftest import CHILD_CEILING_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,7 +56,7 @@ def _filecheck(check_text: str, input_text: str, tmp_path) -> subprocess.Complet
     checks = tmp_path / "test.mlir"
     checks.write_text(check_text)
     return subprocess.run([sys.executable, "-m", "filecheck", str(checks)], input=input_text,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=CHILD_CEILING_S)
 
 
 def test_structure(mlp):
@@ -123,10 +124,10 @@ def test_generated_test_passes_under_lit_and_a_changed_check_fails(mlp, tmp_path
     (suite / "good.mlir").write_text(good)
     lit = shutil.which("lit", path=os.path.dirname(sys.executable))
     assert lit, "lit is not installed beside this Python (pip install -e . installs it)"
-    r = subprocess.run([lit, str(suite / "good.mlir"), "-q"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([lit, str(suite / "good.mlir"), "-q"], capture_output=True, text=True, timeout=CHILD_CEILING_S)
     assert r.returncode == 0, r.stdout + r.stderr
     (suite / "bad.mlir").write_text(good.replace('// CHECK-SAME: "batch"', '// CHECK-SAME: "model"'))
-    r = subprocess.run([lit, str(suite / "bad.mlir"), "-q"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([lit, str(suite / "bad.mlir"), "-q"], capture_output=True, text=True, timeout=CHILD_CEILING_S)
     assert r.returncode != 0
 
 

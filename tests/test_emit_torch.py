@@ -12,6 +12,7 @@ import pytest
 
 from shard_opt.emit.torch_script import emit_torch
 from shard_opt.errors import UserError
+from conftest import CHILD_CEILING_S
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ttir")
 
@@ -201,7 +202,7 @@ def test_fails_only_at_the_torch_xla_import(plan, tmp_path):
     script = tmp_path / "emitted.py"
     script.write_text(emit_torch(TINY_SCRIPT, plan))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode != 0
     assert "ModuleNotFoundError: No module named 'torch_xla'" in r.stderr
     lines = script.read_text().splitlines()
@@ -228,7 +229,7 @@ def test_runs_with_torch_xla_and_marks_every_sharded_tensor(plan, tmp_path):
                            "options": _tx.options}))
         """))
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     marked = res["marked"]
@@ -406,7 +407,7 @@ def test_inherited_and_imported_loaders_are_wrapped(plan, tmp_path, form):
                            "ids": _spmd.marked.get(id(_x[0]))}}))
         """))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "stubs"), str(tmp_path)]))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["q"] == [["model", None], [2, 4], ["batch", "model"]]
@@ -479,7 +480,7 @@ def test_a_model_left_on_meta_says_what_to_change(plan, tmp_path):
     script = tmp_path / "emitted.py"
     script.write_text(emit_torch(src, plan) + "\nload_model()\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode != 0
     assert ("RuntimeError: load_model() returned a model without weights (model.embed_tokens.weight and 17 more "
             "on the meta device): build it with its weights") in r.stderr
@@ -487,6 +488,6 @@ def test_a_model_left_on_meta_says_what_to_change(plan, tmp_path):
     src = TINY_SCRIPT.replace("    return (torch.zeros(2, 8, dtype=torch.long),)",
                               "    return (torch.zeros(2, 8, dtype=torch.long, device='meta'),)")
     script.write_text(emit_torch(src, plan) + "\nload_inputs()\n")
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode != 0
     assert "RuntimeError: load_inputs() returned a meta tensor [2, 8]: return inputs with values" in r.stderr

@@ -38,6 +38,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import CHILD_CEILING_S
 
 HERE = os.path.dirname(__file__)
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
@@ -180,7 +181,7 @@ def run(request, standins, tmp_path_factory):
     driver.write_text(DRIVER.replace("REFERENCE\n", CASES[case]["reference"] + "\n"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(standins), SCRIPTS]))
     r = subprocess.run([sys.executable, str(driver), str(d / "S.py")], capture_output=True, text=True,
-                       env=env, timeout=300, cwd=d)
+                       env=env, timeout=CHILD_CEILING_S, cwd=d)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((d / "P.json").read_text()), json.loads(r.stdout.strip().splitlines()[-1])
 

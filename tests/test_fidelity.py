@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CHILD_CEILING_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "fidelity.py")
@@ -35,7 +36,7 @@ def per_op(tmp_path_factory):
     """The per-op rows, run as a user runs them: (exit code, stdout, JSON rows)."""
     path = tmp_path_factory.mktemp("fidelity") / "rows.json"
     proc = subprocess.run([sys.executable, SCRIPT, "--only", "per-op", "--json", str(path)],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+                          capture_output=True, text=True, timeout=CHILD_CEILING_S, cwd=ROOT)
     data = json.loads(path.read_text()) if path.exists() else None
     return proc.returncode, proc.stdout + proc.stderr, data and data["rows"], data and data["summary"]
 

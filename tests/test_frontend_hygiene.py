@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 from shard_opt import ir
+from conftest import CHILD_CEILING_S
 
 STDOUT_SCRIPT = '''
 import ctypes
@@ -41,7 +42,7 @@ def test_a_load_script_that_prints_does_not_write_into_the_module(tmp_path):
     script.write_text(STDOUT_SCRIPT)
     env = dict(os.environ, SHARD_OPT_JOBS="1")
     proc = subprocess.run([sys.executable, "-m", "shard_opt.cli", str(script), "--mesh", "1x2"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CHILD_CEILING_S)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("module"), proc.stdout[:200]
     ir.parse(proc.stdout, filename="<stdout>")  # the whole of stdout is the module

@@ -15,6 +15,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import functools
+import math
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -41,10 +42,15 @@ def propagate(case):
 @settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
 @given(strategies.programs())
-def test_generated_programs_parse(program):
-    module = ir.parse(program.text)
-    assert ir.main_func(module) is not None
-    assert 1 <= len(program.arg_shapes) <= strategies.MAX_ARGS
+def test_every_generated_program_parses_and_its_matmul_work_is_counted(program):
+    """shard-opt reads each program (ir.parse) and prices the work of its dot_generals
+    (analysis.extract_facts, the facts the cost model prices) as the generator counted it
+    while drawing the shapes; every argument is read with its shape."""
+    from shard_opt.analysis import extract_facts
+
+    facts = extract_facts(ir.parse(program.text))
+    assert facts.arg_global_elements == [math.prod(s) for s in program.arg_shapes]
+    assert sum(op.flops for op in facts.ops if op.kind == "matmul") == program.matmul_flops
 
 
 @FUZZ

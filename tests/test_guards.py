@@ -32,6 +32,7 @@ import pytest
 
 from shard_opt import frontends
 from shard_opt.emit import rebuild
+from conftest import CHILD_CEILING_S
 
 HERE = os.path.dirname(__file__)
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
@@ -157,10 +158,10 @@ def test_the_harness_command_line(runs, tmp_path):
     (tmp_path / "S.py").write_text(script)
     cmd = [sys.executable, "-m", "shard_opt.emit.rebuild", str(tmp_path / "S.py"), "--model",
            os.path.join(SCRIPTS, "deltanet_conv.py"), "--plan", str(tmp_path / "P.json")]
-    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_CEILING_S)
     assert ok.returncode == 0, ok.stderr
     assert "2 guard hooks" in ok.stdout and "equal:" in ok.stdout
-    bad = subprocess.run(cmd + ["--no-guards"], capture_output=True, text=True, timeout=600)
+    bad = subprocess.run(cmd + ["--no-guards"], capture_output=True, text=True, timeout=CHILD_CEILING_S)
     assert bad.returncode == 1 and "missing: 2 x all_gather on model of [2, 256, 67]" in bad.stdout
 
 
@@ -240,7 +241,7 @@ def test_the_emitted_script_hooks_every_layer(runs, tmp_path):
                            "flag": all(m._tt_activation_constraint_hooked for m in _spec)}))
         """))
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300)
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     want = sorted(m.replace("*", str(i)) for m in CASES["phi3_fused"] for i in (0, 1))

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from shard_opt.emit import verify_ir as vir
 from shard_opt.ttmlir import check as ttc
 from shard_opt.ttmlir import sysdesc
 
@@ -69,32 +68,33 @@ def _priced(plan) -> dict:
 
 @needs_plugin
 @pytest.mark.parametrize("mesh, kinds", [
-    # column -> row, the partial sums reduce-scattered and gathered (a tie with one all_reduce
-    # within the layout-op estimate; what tt-mlir emits for it is priced 6 us lower)
-    ("1x8", {"all_gather", "reduce_scatter"}),
+    # column -> row; fc2's partial sums closed by one all_reduce or reduce-scattered and
+    # gathered: on 1x8 the two are a tie within the layout-op estimate (they have swapped
+    # with its refits), so either may be the plan
+    ("1x8", [{"all_gather", "reduce_scatter"}, {"all_reduce"}]),
     # the 4 sequences data-parallel on "model", fc1 -> fc2 on "batch": one all_reduce of the
     # partial sums, one all_gather (until 2026-12-05, before the tile rows, a reduce_scatter)
-    ("2x4", {"all_gather", "all_reduce"}),
+    ("2x4", [{"all_gather", "all_reduce"}]),
 ])
 def test_mlp_plan_compiles_to_the_priced_collectives(run_cli, tmp_path, mesh, kinds):
     plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", mesh)
     chk = plan["checks"]["tt_mlir"]
     assert chk["compiled"] and chk["error"] is None
     assert chk["matches"], chk["differences"]
-    assert set(chk["stages"]["ttir"]) == kinds
+    assert set(chk["stages"]["ttir"]) in kinds
     assert chk["stages"]["ttir"] == _priced(plan)
     assert chk["stages"]["ttnn"] == chk["stages"]["ttir"]
     assert chk["ttnn_ops_per_step"] > chk["priced_device_ops"]  # layout ops the compute model has no op for
-    # the counted ops replace the estimated ones (costmodel/ttnn_ops.py) at the same per-op time
-    assert chk["checked_us"] == pytest.approx(plan["cost"]["total_us"] - chk["estimated_ops_us"] + chk["extra_ops_us"]
-                                              + chk["extra_ccl_us"] - chk["missing_ccl_us"] - chk["load_ccl_us"],
-                                              abs=2e-3)
+    # the counted ops replace the estimated ones (the sum itself: test_costmodel's
+    # test_checked_cost_replaces_the_estimate_with_the_ttnn_count)
     assert chk["estimated_ops_us"] == pytest.approx(plan["cost"]["layout_us"], abs=2e-3)
-    # XLA partitioned the same module: the partial sum it reduces, tt-mlir reduces too
-    assert chk["xla"]["compiled"] and chk["xla"]["reductions"] >= 1, chk["xla"]
-    assert chk["xla"]["missing_reductions"] == [] and chk["likely_miscompile"] is False
+    # tt-mlir's own partitioned program computes the unsharded model's answer
+    assert chk["numerics"]["status"] == "passed" and chk["numerics"]["devices"] == 8, chk["numerics"]
+    assert chk["verdict"]["deliverable"] and chk["verdict"]["compiled"]
+    # the plan is no slower than Megatron as priced (a tie included)
+    assert plan["cost"]["total_us"] <= plan["baselines"]["megatron"]["total_us"] + 1e-3
     assert plan["baselines"]["megatron"]["tt_mlir"]["compiled"]
-    assert "shard-opt: tt-mlir: plan compiled" in err
+    assert f"tt-mlir verdict: {chk['verdict']['words']}" in err
     ratio = plan["baselines"]["megatron"]["checked_us"] / plan["cost"]["checked_us"]
     assert f"checked vs megatron {ratio:.2f}x" in err  # the comparison on what tt-mlir emits
 
@@ -109,7 +109,7 @@ def test_gqa_llama_prefill_2x4_compiles_to_the_priced_collectives(run_cli, tmp_p
     assert chk["compiled"], chk["error"]
     assert chk["matches"], chk["differences"]
     assert chk["stages"]["ttir"] == _priced(plan)
-    assert chk["xla"]["compiled"] and chk["likely_miscompile"] is False
+    assert chk["numerics"]["status"] == "passed", chk["numerics"]
 
 
 def test_a_missing_plugin_is_one_line_and_the_run_goes_on(run_cli, tmp_path, monkeypatch):
@@ -137,58 +137,6 @@ def test_ttnn_point_to_point_chains_are_counted_against_ttir_all_to_all():
     assert ttc.ttnn_vs_ttir(summary, [2, 4])
 
 
-def test_a_reduction_xla_makes_and_tt_mlir_leaves_out_is_a_likely_miscompile():
-    """The comparator on tt-mlir's real TTIR for a 2-layer Llama on 2x4 and the same dump
-    with one all_reduce taken out: the reference reductions are the full dump's, one per
-    operand of a combined instruction as XLA's optimized HLO has them."""
-    full = open(os.path.join(FIXTURES, "llama_2layer_ttir_match.mlir")).read()
-    cut = open(os.path.join(FIXTURES, "llama_2layer_ttir_missing_all_reduce.mlir")).read()
-    ops, _, _ = vir.parse_dump(full, [2, 4])
-    shapes = [("bf16", list(o.in_shape)) for o in ops if o.kind in ("all_reduce", "reduce_scatter")]
-    xla = [{"kind": "all_reduce", "operand_shapes": shapes[:2]}] + [
-        {"kind": "all_reduce", "operand_shapes": [s]} for s in shapes[2:]]
-    assert len(ttc.xla_reductions(xla)) == len(shapes) == 4
-    assert ttc.missing_reductions(full, [2, 4], xla) == []
-    (missing,) = ttc.missing_reductions(cut, [2, 4], xla)
-    assert "all-reduce" in missing and "never reduces" in missing
-    # a reduce_scatter of the same partial sum counts (tt-mlir's all_reduce + all_slice fold)
-    as_rs = full.replace('"ttir.all_reduce"', '"ttir.reduce_scatter"', 1)
-    assert ttc.missing_reductions(as_rs, [2, 4], xla) == []
-
-
-# tt-mlir's TTIR of the Qwen3.5 conv fixture's spec plan (tests/fixtures/specs/deltanet_conv.json,
-# 2x4): the q*k sum, whole on each device, and the source line its location names
-_SOURCE = "\n" * 59 + ("    %44 = stablehlo.reduce(%43 init: %cst_0) applies stablehlo.add across dimensions = [2] : "
-                       "(tensor<2x64x64xbf16>, tensor<bf16>) -> tensor<2x64xbf16>\n")
-_TTIR_SUM = ('        %58 = "ttir.sum"(%57) <{dim_arg = [2 : i32], keep_dim = false}> : (tensor<2x64xDxbf16>) -> '
-             'tensor<2x64xbf16> loc(#loc58)\n#loc58 = loc("-":60:27)\n')
-
-
-def test_a_sum_tt_mlir_computes_whole_is_not_a_missing_reduction():
-    """XLA partitions again and may split a value the plan keeps whole, then all-reduce its
-    partial sums (it does on the Qwen3.5 conv fixture): a TTIR sum over the whole extent on
-    each device needs no reduction, one over a split extent does."""
-    xla = [{"kind": "all_reduce", "operand_shapes": [("f32", [2, 64])]}]
-    whole = []
-    assert ttc.missing_reductions(_TTIR_SUM.replace("D", "64"), [2, 4], xla, source=_SOURCE, whole=whole) == []
-    assert whole == ["XLA all-reduces a 128-element partial sum that tt-mlir computes whole on each device"]
-    (missing,) = ttc.missing_reductions(_TTIR_SUM.replace("D", "16"), [2, 4], xla, source=_SOURCE)
-    assert "never reduces" in missing
-    assert ttc.missing_reductions(_TTIR_SUM.replace("D", "64"), [2, 4], xla) != []  # no source: no pairing
-
-
-@needs_plugin
-def test_the_reference_child_returns_xla_collectives_and_a_deadline_kills_it(monkeypatch):
-    from shard_opt.ttmlir import reference
-
-    text = open(MLP).read()
-    got = reference.start(text, 1).result()
-    assert isinstance(got, list)
-    monkeypatch.setenv(reference.TIMEOUT_ENV, "0.01")
-    late = reference.start(text, 1).result()
-    assert isinstance(late, str) and "did not partition the module within 0.01 s, twice" in late
-
-
 @needs_plugin
 def test_the_emitted_script_compiles_with_tt_mlir_to_the_priced_module(run_cli, tmp_path):
     """Issue 22: the module tt-xla builds from the emitted script (the user's program, its
@@ -207,7 +155,7 @@ def test_the_emitted_script_compiles_with_tt_mlir_to_the_priced_module(run_cli, 
     assert tt["compiled"] and tt["matches"] and tt["same_as_priced_module"], tt["differences"]
     assert tt["stages"] == plan["checks"]["tt_mlir"]["stages"]
     # the 10 local slices the plan prices, one each (6 before the module was handed over with
-    # its batched matmuls unfolded, as it is priced: driver.annotate_many)
+    # its batched matmuls unfolded, as it is priced: annotate.annotate_many)
     assert tt["stages"]["ttir"] == {"all_gather": 4, "all_reduce": 4, "all_slice": 10}
     assert sum(c["kind"] == "all_slice" for c in plan["collectives"]) == 10
     # without the hooks tt-mlir's shlo_compiler gathers the fused outputs 6 more times (its
@@ -243,13 +191,17 @@ def test_a_compiler_client_that_dies_starting_leaves_the_plan_unchecked_not_repl
         starts.append(jobs_path)
         return [sys.executable, "-c", "import sys; sys.stderr.write('error: no backend tt\\n'); sys.exit(3)"]
 
+    from shard_opt.ttmlir import store
+
     monkeypatch.setattr(ttc, "_child_command", dies)
+    monkeypatch.setattr(store, "get", lambda key: None)  # compiled by an earlier test: compile again
     plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", "2x4")
     chk = plan["checks"]["tt_mlir"]
     assert not chk["compiled"] and ttc.is_startup_error(chk["error"]), chk["error"]
     assert "exit status 3" in chk["error"]
     assert len(starts) == 2  # one retry, not one child per job
-    assert "is not recommended" not in err and "no finalist compiled" in err
+    assert "is not recommended" not in err and "shown as found, unchecked" in err
+    assert chk["verdict"]["checked"] is False and "not checked" in chk["verdict"]["words"]
     code, _, _ = run_cli(MLP, "--mesh", "2x4", "--no-check", "--plan-json", tmp_path / "unchecked.json")
     unchecked = json.loads((tmp_path / "unchecked.json").read_text())
     assert code == 0 and plan["arguments"] == unchecked["arguments"]  # the search's plan, as found

@@ -12,3 +12,8 @@ __version__ = "0.1.0"
 # SHARD_OPT_TT_CHILD and picks the "tt" platform.
 if not _os.environ.get("SHARD_OPT_TT_CHILD"):
     _os.environ["JAX_PLATFORMS"] = "cpu"
+    # ...and keep jax from loading the plugin at all: loading it can leave glibc's loader
+    # lock held, and XLA's next compile then waits forever (shard_opt.ir says how).
+    from shard_opt import ir as _ir
+
+    _ir.keep_jax_off_the_tt_plugin()

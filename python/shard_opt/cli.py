@@ -3,8 +3,10 @@
 ``main(args=None)`` takes its arguments as a list so tests drive it in-process.
 Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
 path of a file that reproduces it); 3 ``--verify-numerics`` found a wrong result (every
-output still written, marked failed). Output files are written only on success (or
-exit 3), all or none, each atomically (a temporary file renamed into place).
+output still written, marked failed); 4 the tt-mlir check found no plan it compiles and
+whose partitioned program computes the unsharded model's answer (every output written,
+marked NOT DELIVERABLE: ``shard_opt.deliverable``). Output files are written only on
+success (or exit 3 or 4), all or none, each atomically (a temporary file renamed into place).
 
 Only the standard library and ``shard_opt.errors`` / ``shard_opt.timing`` are imported
 here at start-up: jax comes with the passes, torch with a load script or zoo model,
@@ -218,7 +220,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _prepare_xla(ns) -> None:
     """``--verify-numerics`` needs as many virtual CPU devices as the largest mesh; XLA reads
     the flag once, when jax starts, so it is set before anything imports jax's backend (the
-    tt-mlir check's XLA reference sets its own, in its child: ``shard_opt.ttmlir.reference``)."""
+    tt-mlir check's numerics set their own, in their child: ``shard_opt.ttmlir.numerics``)."""
     if ns.verify_numerics or _check_wanted(ns):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # no C++ info lines on stderr
     if not ns.verify_numerics:
@@ -372,6 +374,7 @@ def _run_parsed(ns) -> int:
         line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
+    undeliverable = _not_deliverable(outcomes)
     if failed:  # DESIGN.md: exit 3, the outputs written and marked failed
         wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
                           f"(max abs err {o.plan.numerics['max_abs_err']:.3g}, max rel err "
@@ -379,7 +382,24 @@ def _run_parsed(ns) -> int:
         sys.stderr.write(f"shard-opt: error: numerics: {wrong}; outputs written, marked failed "
                          f"(plan numerics.passed false); check the plan with --evaluate or report it\n")
         return 3
+    if undeliverable:  # exit 4: the tt-mlir check found no plan it compiles and computes right
+        what = "; ".join(f"{o.model.name}: {v.words()}" for o, v in undeliverable)
+        sys.stderr.write(f"shard-opt: error: tt-mlir: no deliverable plan: {what}; outputs written, marked NOT "
+                         f"DELIVERABLE (plan checks.tt_mlir.verdict.deliverable false)\n")
+        return 4
     return 0
+
+
+def _not_deliverable(outcomes) -> list:
+    """(outcome, verdict) of each model whose tt-mlir check found nothing deliverable."""
+    from shard_opt.verdict import of as verdict_of
+
+    out = []
+    for o in outcomes:
+        v = verdict_of(o.plan)
+        if v is not None and v.checked and not v.deliverable:
+            out.append((o, v))
+    return out
 
 
 _UNCACHED = {"mlir": "a .mlir input needs no lowering", "jax": "a JAX function is lowered every run",
@@ -491,9 +511,17 @@ def _numerics_failed(plan) -> str | None:
 
 
 def _marked(text: str, plan) -> str:
-    """A module or lit test whose plan failed --verify-numerics says so on its first line."""
+    """A module or lit test says on its first lines the tt-mlir check's verdict on its plan
+    (the words stderr, the report and the script give) and, when --verify-numerics failed,
+    so."""
+    from shard_opt.verdict import of as verdict_of
+
     why = _numerics_failed(plan)
-    return f"// shard-opt: NUMERICS FAILED: {plan.model}: {why}\n{text}" if why else text
+    verdict = verdict_of(plan)
+    head = f"// shard-opt: {verdict.line()}\n" if verdict is not None else ""
+    if why:
+        head += f"// shard-opt: NUMERICS FAILED: {plan.model}: {why}\n"
+    return head + text
 
 
 def _emit_outputs(ns, outcomes, plan_json, main_text) -> None:
@@ -836,6 +864,11 @@ def summary_line(plan) -> str:
     s = plan.search or {}
     if s.get("candidates_evaluated", 0) > 1:
         line += f"; {s['candidates_evaluated']} candidates in {s['seconds']:.1f} s"
+    from shard_opt.verdict import of as verdict_of
+
+    verdict = verdict_of(plan)
+    if verdict is not None:
+        line += f"; {verdict.line()}"
     return line
 
 

@@ -23,13 +23,7 @@ from shard_opt.evaluate import (
     shardings_for,
 )
 from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
-from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.passes.add_mesh import AddMesh
-from shard_opt.passes.apply_constraints import ApplyConstraints
-from shard_opt.passes.apply_shardings import ApplyShardings
-from shard_opt.passes.shardy_propagate import insert_guards
-from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
-from shard_opt.passes.wrap_composites import wrap_composites
+from shard_opt.annotate import annotate
 from shard_opt.explain import (
     Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
 )
@@ -81,42 +75,6 @@ def resolve_system(mesh: Mesh, name: str | None):
         raise UserError(f"--system {system_name} has meshes {shapes}, not {mesh.spec}{why}; "
                         f"pick a listed shape or another system (shard-opt --list-systems)")
     return system_name, system
-
-
-def annotate(model: LoweredModel, mesh: Mesh, shardings: dict[int, TensorSharding],
-             constraints: dict | None = None, allow: frozenset = frozenset(), sdpa: bool = True) -> str:
-    """The model's module with ``mesh``, the argument ``shardings`` and the ``constraints``
-    written in, and shardy-propagate's guards: the ``-o`` module (``sdpa``: attention in
-    tt-xla's SDPA composite where tt-mlir's rule takes it; False: every attention flat)."""
-    return annotate_many(model, mesh, [(shardings, constraints)], allow, sdpa=sdpa)[0]
-
-
-def annotate_many(model: LoweredModel, mesh: Mesh, plans: list[tuple[dict, dict | None]],
-                  allow: frozenset = frozenset(), left_flat: list | None = None, sdpa: bool = True) -> list[str]:
-    """``annotate`` for several plans of one model, parsing its module once (a full-size
-    model's text takes a second to parse; the tt-mlir check annotates five plans).
-    ``left_flat``, a list: gets, per plan, the attentions left out of tt-xla's SDPA
-    composite and why (``wrap_composites``)."""
-    base = ir.parse(model.text, filename=model.name)
-    # batched matmuls on every batch dim, as the evaluator priced them (evaluate.prepare) and
-    # as torch_xla writes them: the module handed over is the module priced
-    unfold_batch_matmul(base)
-    out = []
-    for k, (shardings, constraints) in enumerate(plans):
-        module = base if k == len(plans) - 1 else base.operation.clone()
-        ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
-        # results carry their closed, replicated sharding: the boundary rule is part of the
-        # plan, so XLA, tt-mlir and --evaluate all see the same output gather
-        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-        insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
-        # tt-xla's composites for the norms and GELUs (passes/wrap_composites.py), so tt-mlir
-        # runs them as the fused kernels shard-opt priced
-        flat: list[str] = []
-        wrap_composites(module, arguments=model.arguments, left_flat=flat, sdpa=sdpa)
-        if left_flat is not None:
-            left_flat.append(flat)
-        out.append(ir.print_module(module))
-    return out
 
 
 def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
@@ -229,226 +187,32 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             price_whole(model, mesh, system, cm, setting, baselines, priced_by)
     checked = None
     if opts.check:
+        from shard_opt.deliverable import check_search
+
         with timing.phase("check"):
-            checked = tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega,
-                                    user_kept, setting, stream, progress=opts.progress)
-        assignment, final = checked.assignment, checked.final
-        score = result.scored.get(assignment, score)
+            checked = check_search(model, mesh, system, cm, groups, assignment, final, result, baselines, mega,
+                                   user_kept, setting, stream, progress=opts.progress)
+        if checked.assignment != assignment:
+            assignment, final = checked.assignment, checked.final
+            score = result.scored.get(assignment) or scorer.score(groups, assignment)
     with timing.phase("analysis"):
         plan = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
                        Found(groups, assignment, score, result, seconds, fallback, final),
                        Rules(judged, removed, removed_options), Baselines(baselines, user, mega))
-        annotated = annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow,
-                             sdpa=checked.sdpa if checked is not None else True)
+        # the -o module: with a check, the very module tt-mlir compiled for the recommendation
+        annotated = (checked.text if checked is not None and checked.text else
+                     annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow))
         outcome = Outcome(plan, annotated, final.text, model)
     if checked is not None:
         checked.attach(outcome.plan)
         if opts.progress:
             from shard_opt.ttmlir.check import line
 
-            stream.write(line(checked.plan_check) + "\n")
+            stream.write(line(outcome.plan.checks["tt_mlir"]) + "\n")
     with timing.phase("persist"):
         scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
     note_refusal(outcome.plan, model, mesh)
     return outcome
-
-
-FINALISTS = 3  # the recommendation and the next distinct plans compiled by the tt-mlir check
-
-
-@dataclass
-class Checked:
-    """What the tt-mlir check decided: the plan to recommend (``assignment``, ``final``),
-    its ``checks.tt_mlir``, the finalists it was chosen from, and the baselines' checks."""
-
-    assignment: tuple
-    final: object
-    plan_check: dict
-    finalists: list[dict] = field(default_factory=list)
-    baselines: dict = field(default_factory=dict)
-    note: str | None = None
-    sdpa: bool = True  # the recommended plan compiles with attention in tt-xla's SDPA composite
-
-    def attach(self, plan: Plan) -> None:
-        check = dict(self.plan_check)
-        if self.finalists:
-            check["finalists"] = self.finalists
-        plan.checks = {**(plan.checks or {}), "tt_mlir": check}
-        if "checked_us" in check:
-            plan.cost.checked_us = check["checked_us"]
-        for name, b in self.baselines.items():
-            if name in plan.baselines:
-                plan.baselines[name]["tt_mlir"] = b
-                if "checked_us" in b:
-                    plan.baselines[name]["checked_us"] = b["checked_us"]
-        if self.note:
-            plan.note(self.note)
-
-
-def tt_mlir_check(model, mesh, system, cm, groups, assignment, final, result, baselines, mega, user, setting,
-                  stream, progress: bool = True) -> Checked:
-    """Compile the search's finalists (its plan and the next ``FINALISTS - 1`` distinct
-    ones, each evaluated on the whole model) and the Megatron and loader-spec baselines
-    with tt-mlir (``shard_opt.ttmlir.check``), price what tt-mlir emits on top of what
-    was priced, and recommend the finalist with the lowest checked cost that tt-mlir
-    compiles (the search's own plan unless another one wins, said loudly). The baselines are
-    compiled as priced, within the compiler-safety rules (``_held_to_rules``): ``mega`` and
-    ``user`` (the loader's spec by role) are the shardings kept within them."""
-    from shard_opt.plan import checkable
-    from shard_opt.ttmlir import check as ttc
-    from shard_opt.ttmlir import reference as xla_reference
-
-    t0 = time.perf_counter()
-    ok, why = ttc.status()
-    if not ok:
-        stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        return Checked(assignment, final, ttc.skipped(why))
-    evaluator = Evaluator(model, mesh, system, cm, **setting)  # one prepared module for every plan compiled
-    with timing.phase("check.finalists"):
-        finalists = _finalists(model, groups, assignment, final, result, evaluator)
-    n = math.prod(mesh.shape)
-    base_evals = {}
-    for name, shardings in (("megatron", mega if "megatron" in baselines else None),
-                            ("loader-spec", shardings_by_role(model, user) if user is not None else None)):
-        if shardings is not None:
-            base_evals[name] = evaluator.run(shardings, keep_ir=False)
-    names = [f"finalist-{k}" for k in range(len(finalists))] + list(base_evals)
-    left_flat: list[list[str]] = []
-    specs = ([(fe.shardings, constraints_for(groups, a)) for a, fe in finalists]
-             + [(ev.shardings, None) for ev in base_evals.values()])
-    texts = annotate_many(model, mesh, specs, evaluator.allow, left_flat)
-    jobs = [ttc.Job(name, text, n) for name, text in zip(names, texts)]
-    if progress:
-        stream.write(f"shard-opt: tt-mlir: compiling {len(finalists)} finalist{'s' if len(finalists) > 1 else ''}"
-                     f"{' and ' + ', '.join(base_evals) if base_evals else ''} (--no-check skips this)\n")
-    with timing.phase("check.compile"):
-        # XLA partitions the search's plan meanwhile, in its own process (ttmlir.reference
-        # says why): the reductions it makes are what tt-mlir's must include
-        xla = {0: xla_reference.start(texts[0], n)}
-        compiled = ttc.compile_all(jobs, system, tuple(mesh.shape))
-        flat = _without_sdpa(model, mesh, system, specs, evaluator.allow, names, texts, compiled, left_flat)
-    with timing.phase("check.read"):
-        plans = [checkable(model, mesh, fe) for _, fe in finalists]
-        checks = [ttc.summarize(p, c, system, facts=fe.facts, cost_model=cm, left_flat=flat)
-                  for p, c, (_, fe), flat in zip(plans, compiled, finalists, left_flat)]
-        # in order of checked cost, each finalist tt-mlir compiled is held against XLA's
-        # reductions until one keeps them all (a full Llama-3-8B module takes XLA ~1.7 s here:
-        # the others, costlier, are not partitioned)
-        order = sorted((k for k, c in enumerate(checks) if c["compiled"]), key=lambda k: (checks[k]["checked_us"], k))
-        for k in order:
-            ref = xla.pop(k, None) or xla_reference.start(texts[k], n)
-            ttc.hold_against_xla(checks[k], plans[k], compiled[k], ref.result(), texts[k])
-            if not checks[k].get("likely_miscompile"):
-                break
-        for ref in xla.values():  # the search's plan, when tt-mlir did not compile it: not read
-            ref.close()
-    rows = []
-    for k, ((a, fe), chk) in enumerate(zip(finalists, checks)):
-        rows.append({"rank": k + 1, "total_us": round(fe.score.total_us, 3), "checked_us": chk.get("checked_us"),
-                     "compiled": chk["compiled"], "matches": chk["matches"], "error": chk["error"],
-                     "likely_miscompile": chk.get("likely_miscompile"),
-                     "ttnn": chk["stages"].get("ttnn", {}),
-                     "arguments_changed": _changed(model, final.shardings, fe.shardings)})
-    usable = [k for k, chk in enumerate(checks) if chk["compiled"] and not chk.get("likely_miscompile")]
-    best = min(usable, key=lambda k: (checks[k]["checked_us"], k)) if usable else 0
-    if ttc.is_startup_error(checks[0]["error"]):
-        best, usable = 0, []  # the check could not run the search's plan: it is shown unchecked, not replaced
-    note = None
-    if best != 0:
-        if not checks[0]["compiled"]:
-            why0 = f"tt-mlir does not compile it ({checks[0]['error']})"
-        elif checks[0].get("likely_miscompile"):
-            why0 = ("it is a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings "
-                    f"({checks[0]['xla']['missing_reductions'][0]})")
-        else:
-            why0 = (f"what tt-mlir emits for it is priced {checks[0]['checked_us']:.1f} us, finalist {best + 1}'s "
-                    f"{checks[best]['checked_us']:.1f} us")
-        note = (f"tt-mlir check: the search's best plan ({finalists[0][1].score.total_us:.1f} us modeled) is not "
-                f"recommended: {why0}; finalist {best + 1} ({finalists[best][1].score.total_us:.1f} us modeled) is")
-        stream.write(f"shard-opt: WARNING: {note}\n")
-    elif not usable and checks[0].get("likely_miscompile"):
-        note = ("tt-mlir check: every finalist is a likely miscompile (tt-mlir leaves out a reduction XLA makes: "
-                f"{checks[0]['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
-        stream.write(f"shard-opt: WARNING: {note}\n")
-    elif not usable:
-        note = f"tt-mlir check: no finalist compiled; the plan is shown as found, unchecked: {checks[0]['error']}"
-        stream.write(f"shard-opt: WARNING: {note}\n")
-    base_checks = {}
-    for name, c in zip(base_evals, compiled[len(finalists):]):  # not partitioned by XLA (time)
-        chk = ttc.summarize(checkable(model, mesh, base_evals[name]), c, system,
-                            facts=base_evals[name].facts, cost_model=cm)
-        base_checks[name] = {k: chk.get(k) for k in ("compiled", "error", "matches", "checked_us", "extra_ccl_us",
-                                                      "missing_ccl_us", "extra_ops_us", "ttnn_ops_per_step",
-                                                      "likely_miscompile")}
-        base_checks[name]["ttnn"] = chk["stages"].get("ttnn", {})
-        base_checks[name]["differences"] = chk["differences"]
-    a, fe = finalists[best]
-    checks[best]["check_seconds"] = round(time.perf_counter() - t0, 3)  # the whole check: compiles, reading
-    return Checked(a, fe, checks[best], rows if len(rows) > 1 else [], base_checks, note, sdpa=best not in flat)
-
-
-def _without_sdpa(model, mesh, system, specs, allow, names, texts, compiled, left_flat) -> set[int]:
-    """Compile again, with every attention flat, the plans tt-mlir refused for an SDPA
-    composite (``wrap_composites`` leaves out the attentions whose shardings shard-opt's
-    propagation shows tt-mlir's SDPA rule cannot take; tt-mlir's own propagation through the
-    composite can still give its query and result apart: bert-large 1L 1x8's best plan,
-    "Query and result must have the same type"). Replaces their ``texts``, ``compiled`` and
-    ``left_flat`` entries in place; the indices redone."""
-    from shard_opt.ttmlir import check as ttc
-
-    redo = [k for k, c in enumerate(compiled) if not c.compiled and "scaled_dot_product_attention" in (c.error or "")]
-    if not redo:
-        return set()
-    flat_texts = annotate_many(model, mesh, [specs[k] for k in redo], allow, sdpa=False)
-    n = math.prod(mesh.shape)
-    again = ttc.compile_all([ttc.Job(names[k], t, n) for k, t in zip(redo, flat_texts)], system, tuple(mesh.shape))
-    for k, t, c in zip(redo, flat_texts, again):
-        count = texts[k].count('"tenstorrent.scaled_dot_product_attention"')
-        error = " ".join((compiled[k].error or "").split(";")[0].split())
-        left_flat[k] = [f"tt-mlir refused the composite for this plan ({error})"] * count
-        texts[k], compiled[k] = t, c
-    return set(redo)
-
-
-def _finalists(model, groups, assignment, final, result, evaluator) -> list[tuple]:
-    """(assignment, whole-model evaluation) of the search's plan and the next distinct ones,
-    best first by the search's score, ``FINALISTS`` at most; a plan that breaks a safety rule,
-    is priced infinite, or does not fit where the plan fits is not a finalist."""
-    finalists = [(assignment, final)]
-    seen = {_plan_key(final)}
-    ranked = sorted(result.scored.items(), key=lambda kv: (kv[1].key(), kv[0]))
-    tried = 0
-    for a, s in ranked:
-        if len(finalists) >= FINALISTS or tried >= 4 * FINALISTS:
-            break
-        if a == assignment or not math.isfinite(s.total_us) or s.unsafe or (final.score.fits and not s.fits):
-            continue
-        tried += 1
-        # as final_evaluation evaluates the plan, on the evaluator the check prepared once
-        fe = evaluator.run(shardings_for(model, groups, a), constraints=constraints_for(groups, a), keep_ir=True)
-        if _plan_key(fe) not in seen:  # another assignment of the same plan (a tie) is not a rival
-            seen.add(_plan_key(fe))
-            finalists.append((a, fe))
-    return finalists
-
-
-def _plan_key(ev) -> tuple:
-    """What a plan is once propagated: the argument shardings Shardy settled on and the
-    collectives it inserted (two assignments with the same key are the same program)."""
-    return (tuple(sorted((i, s.body()) for i, s in ev.shardings.items() if not s.is_replicated)),
-            tuple((c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ev.facts.collectives))
-
-
-def _changed(model, base: dict, other: dict) -> dict:
-    """The arguments whose sharding differs between two plans: name -> other's sharding."""
-    out = {}
-    for a in model.arguments:
-        x, y = base.get(a.index), other.get(a.index)
-        bx = x.body() if x is not None and not x.is_replicated else None
-        by = y.body() if y is not None and not y.is_replicated else None
-        if bx != by:
-            out[a.name] = y.axis_names() if y is not None else [[] for _ in a.shape]
-    return out
 
 
 def _most_split(groups, mesh: Mesh) -> tuple[int, ...]:
@@ -736,7 +500,11 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
                   "--evaluate): priced as written, without propagating it again")
         annotated = final.text
     else:
-        annotated = annotate(model, mesh, shardings, acts, allow=opts.allow)  # the activation spec written in too
+        # the activation spec written in too; a .mlir module in the form it was given (its
+        # tt-xla composites, or none: an -o module of composites off stays so), a model
+        # lowered here in tt-xla's default form (composites on)
+        form = "on" if model.source != "mlir" or model.meta.get("composites") else "off"
+        annotated = annotate(model, mesh, shardings, acts, allow=opts.allow, composites=form)
     if opts.check and as_written:
         # tt-mlir runs Shardy on what it compiles: it would partition this module a second time
         why = ("the input is already partitioned (explicit collectives): tt-mlir compiles the module before "
@@ -744,47 +512,12 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         if opts.progress:
             sys.stderr.write(f"shard-opt: tt-mlir check skipped: {why}\n")
         from shard_opt.ttmlir import check as ttc
+        from shard_opt.verdict import not_checked
 
-        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
+        plan.checks = {**(plan.checks or {}), "tt_mlir": {**ttc.skipped(why), "verdict": not_checked(why).to_json()}}
     elif opts.check:
+        from shard_opt.deliverable import check_evaluated
+
         with timing.phase("check"):
             check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
     return Outcome(plan, annotated, final.text, model)
-
-
-def check_evaluated(model, mesh, system, cm, final, annotated: str, plan: Plan, *, stream=None,
-                    progress: bool = True) -> None:
-    """The tt-mlir check of an evaluated plan (``--evaluate``): its module alone, compiled by
-    tt-mlir and partitioned by XLA, into ``plan["checks"]["tt_mlir"]`` (nothing to choose
-    between, so nothing is recommended instead; a likely miscompile is said loudly)."""
-    from shard_opt.plan import checkable
-    from shard_opt.ttmlir import check as ttc
-    from shard_opt.ttmlir import reference as xla_reference
-
-    stream = stream or sys.stderr
-    t0 = time.perf_counter()
-    ok, why = ttc.status()
-    if not ok:
-        stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        plan.checks = {**(plan.checks or {}), "tt_mlir": ttc.skipped(why)}
-        return
-    n = math.prod(mesh.shape)
-    if progress:
-        stream.write("shard-opt: tt-mlir: compiling the evaluated plan (--no-check skips this)\n")
-    ref = xla_reference.start(annotated, n)  # XLA's partitioning, in its own process, meanwhile
-    (compiled,) = ttc.compile_all([ttc.Job("evaluated", annotated, n)], system, tuple(mesh.shape))
-    xla = {0: ref.result()}
-    checked = checkable(model, mesh, final)
-    chk = ttc.summarize(checked, compiled, system, facts=final.facts, cost_model=cm)
-    if 0 in xla:
-        ttc.hold_against_xla(chk, checked, compiled, xla[0], annotated)
-    chk["check_seconds"] = round(time.perf_counter() - t0, 3)
-    plan.checks = {**(plan.checks or {}), "tt_mlir": chk}
-    if "checked_us" in chk:
-        plan.cost.checked_us = chk["checked_us"]
-    if chk.get("likely_miscompile"):
-        plan.note(
-            "tt-mlir check: a likely miscompile: tt-mlir leaves out a reduction XLA makes for the same shardings ("
-            f"{chk['xla']['missing_reductions'][0]}); do not deploy the plan as it is")
-    if progress:
-        stream.write(ttc.line(chk) + "\n")

@@ -18,6 +18,96 @@ from shard_opt.errors import PassError, UserError
 _lock = threading.Lock()
 
 
+# ---------------------------------------------------------------------------------
+# jax in a CPU process: no Tenstorrent plugin.
+# ---------------------------------------------------------------------------------
+# When its first backend starts, jax loads every installed PJRT plugin, whatever
+# JAX_PLATFORMS says (jax._src.xla_bridge.discover_pjrt_plugins), so every process that
+# compiles with XLA on the CPU dlopen()s jax-tt-plugin's libtt.so too. An ELF constructor
+# of libtt.so (0.1.3) unpacks the plugin's tt-metal runtime (417 MB) into
+# $TMPDIR/libtt-tt-metal-runtime-assets-<hash>, rewriting every file (unlink, then create
+# with O_EXCL) in every process: two processes doing it at once race, and the loser's
+# constructor throws ("failed to extract embedded tt-metal runtime archive"). That C++
+# exception unwinds out of glibc's dlopen past its unlock, so the main thread keeps
+# glibc's loader lock (dl_load_lock) for the rest of the process; jax logs "Jax plugin
+# configuration error" and goes on with the CPU backend. jaxlib compiles on a worker
+# thread while the main thread waits (BlockUntilReadyWithCancel); the worker's first
+# thread_local with a destructor (MLIR's StorageUniquer cache) registers it through
+# __cxa_thread_atexit_impl, which takes dl_load_lock: it waits forever, every other XLA
+# worker idle. Measured (2026-12-05, 2 cores, load 12-17, the check's XLA child on the
+# mlp 1x8 plan in fresh processes, two at a time): before, 8 hangs in 87 runs, each one
+# with the plugin's "failed to extract" error and the loader lock held by its main
+# thread, and no other run hung; after, 0 in 220 (median 19 s a run, was 41 s); with the
+# unpack made to fail on purpose (TMPDIR a file), every compile hung before, none after.
+# The plugin also cost each such process the 417 MB rewrite (jax.devices(): 10.9 s with
+# it, 5.5 s without, under load).
+#
+# A shard-opt process that computes on the CPU never needs the plugin (tt-mlir compiles
+# in shard_opt.ttmlir.child, which sets SHARD_OPT_TT_CHILD and keeps it): it marks jax's
+# plugin discovery as done before jax's first backend starts, so libtt.so is never loaded.
+
+
+def keep_jax_off_the_tt_plugin() -> None:
+    """Keep jax from loading installed PJRT plugins in this process (called by
+    ``shard_opt/__init__.py`` in every process but the tt-mlir check's child; see above).
+
+    Does not import jax: if ``jax._src.xla_bridge`` is not imported yet, an import hook marks
+    it when it is. A process whose backends already started keeps what it loaded."""
+    import sys
+
+    name = "jax._src.xla_bridge"
+    if name in sys.modules:
+        _mark_plugins_discovered(sys.modules[name])
+    elif not any(isinstance(f, _PluginDiscoveryOff) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PluginDiscoveryOff(name))
+
+
+def _mark_plugins_discovered(xla_bridge) -> None:
+    if not getattr(xla_bridge, "_backends", None):  # no backend yet: discovery has not run
+        xla_bridge._plugins_registered = True
+
+
+class _PluginDiscoveryOff:
+    """A ``sys.meta_path`` finder that lets the real finder load ``name`` and marks its
+    plugins as discovered once the module has run; it removes itself then."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, fullname, path, target=None):
+        import sys
+
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _MarkAfterExec(spec.loader, self)
+                return spec
+        return None
+
+
+class _MarkAfterExec:
+    def __init__(self, loader, finder: _PluginDiscoveryOff):
+        self.loader, self.finder = loader, finder
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        import sys
+
+        self.loader.exec_module(module)
+        _mark_plugins_discovered(module)
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+
+    def __getattr__(self, attr):  # get_code, get_source, ... of the real loader
+        return getattr(self.loader, attr)
+
+
 @functools.cache
 def _jax_mlir():
     from jax._src.interpreters import mlir as jmlir  # the one internal import for IR
@@ -221,7 +311,8 @@ _MODULE_PARTITION_ATTRS = ("mhlo.num_partitions", "mhlo.num_replicas")
 
 
 def xla_backend():
-    """The CPU backend (needs XLA_FLAGS=--xla_force_host_platform_device_count=N)."""
+    """The CPU backend (needs XLA_FLAGS=--xla_force_host_platform_device_count=N; the
+    Tenstorrent plugin is kept out: ``keep_jax_off_the_tt_plugin``)."""
     from jax._src import xla_bridge
 
     return xla_bridge.get_backend("cpu")

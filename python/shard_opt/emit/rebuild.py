@@ -180,7 +180,7 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     script_module = None
     if keep_script_module:  # the module as tt-xla hands it to tt-mlir: the user's program, annotated
         script_module = ir.parse(model.text, filename=model.name)
-        unfold_batch_matmul(script_module)  # torch_xla's batched matmuls (driver.annotate_many does the same)
+        unfold_batch_matmul(script_module)  # torch_xla's batched matmuls (annotate.annotate_many does the same)
         _annotate(script_module, model, t, shardings, constraints, guards, decouple=False)
         script_module = ir.print_module(script_module)
     ctx2 = PassContext(mesh=mesh, arguments=model.arguments)

@@ -40,6 +40,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from shard_opt.emit import _plan
+from shard_opt.verdict import COMPOSITES_OPTION
+from shard_opt.verdict import of as verdict_of
 from shard_opt.errors import UserError
 
 BEGIN = "# >>> shard-opt: sharding plan (generated; re-running shard-opt replaces this block)"
@@ -402,6 +404,13 @@ def _block_text(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
     if numerics and not numerics.get("passed", True):
         lines.append(f"# NUMERICS FAILED: shard-opt --verify-numerics found this plan's sharded results differ from "
                      f"the unsharded ones (max abs err {numerics.get('max_abs_err', 0):.3g}); do not deploy it as it is.")
+    verdict = verdict_of(plan)
+    if verdict is not None:  # the same words as stderr, the report and -o
+        lines += textwrap.wrap("shard-opt: " + verdict.line(), 100, initial_indent="# ", subsequent_indent="#   ")
+        if verdict.composites == "off":
+            lines += ["# Compile it with tt-xla's composites off, the form tt-mlir compiled and checked:",
+                      "# torch.compile(model, backend=\"tt\", options=SHARD_OPT_TORCH_COMPILE_OPTIONS)",
+                      f"SHARD_OPT_TORCH_COMPILE_OPTIONS = {{\"{COMPOSITES_OPTION}\": False}}"]
     resized = plan.get("inputs_resized")
     if resized:
         lines.append(f"# Planned for token inputs of {resized['to']} ({resized['flags']}); load_inputs() returns "

@@ -79,6 +79,7 @@ class Compiled:
     seconds: float
     irs: dict[str, str] = field(default_factory=dict)  # stage -> module text
     ir_dir: str | None = None  # where the dumps are kept (SHARD_OPT_TT_KEEP)
+    cached: bool = False  # taken from an earlier run's compile of the same module (shard_opt.ttmlir.store)
 
 
 def status() -> tuple[bool, str]:
@@ -106,12 +107,41 @@ def work_dir() -> str:
     return d
 
 
+COMPILE_OPTIONS = "optimization_level=0"  # what ir.tt_compile asks of the plugin (part of a result's key)
+
+
 def compile_all(jobs: list[Job], system, mesh_shape) -> list[Compiled]:
+    """Compile every job with tt-mlir, in the jobs' order: a module compiled before with the
+    same plugin and descriptor is taken from the check's store (``shard_opt.ttmlir.store``),
+    the others in child processes (``_compile``)."""
+    from shard_opt.ttmlir import store
+
+    base = work_dir()
+    desc = sysdesc.descriptor_path(system, tuple(mesh_shape), os.path.join(base, "descriptors"))
+    keys = [store.compile_key(j.text, desc, COMPILE_OPTIONS) for j in jobs]
+    out: list[Compiled | None] = []
+    for job, k in zip(jobs, keys):
+        hit = store.get(k)
+        out.append(Compiled(job.name, hit["compiled"], hit["error"], hit["seconds"], hit["irs"], cached=True)
+                   if hit else None)
+    todo = [i for i, c in enumerate(out) if c is None]
+    if todo:
+        fresh = _compile([jobs[i] for i in todo], base, desc)
+        for i, c in zip(todo, fresh):
+            out[i] = c
+            if c.compiled or (c.error and not is_startup_error(c.error) and not c.error.startswith(_NOT_THE_MODULE)):
+                store.put(keys[i], {"compiled": c.compiled, "error": c.error, "seconds": c.seconds, "irs": c.irs})
+    return out
+
+
+_NOT_THE_MODULE = ("tt-mlir did not finish", "tt-mlir's compiler process died",
+                   "the compiler process ended")  # failures of the process, not tt-mlir's verdict: not kept
+
+
+def _compile(jobs: list[Job], base: str, desc: str) -> list[Compiled]:
     """Compile every job with tt-mlir in child processes (at most two, each starting the
     plugin's client once; a new one after a job that killed its child). Results in the
     jobs' order."""
-    base = work_dir()
-    desc = sysdesc.descriptor_path(system, tuple(mesh_shape), os.path.join(base, "descriptors"))
     assets = os.path.join(base, "assets")
     os.makedirs(assets, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="run-", dir=base)
@@ -364,14 +394,6 @@ SDPA_AT_LEVEL_0 = ("TTNN runs each of TTIR's {n} scaled_dot_product_attention as
                    "validation); shard-opt prices the fused SDPA kernel that optimization_level >= 1 keeps")
 
 
-# An attention wrap_composites left flat: what tt-mlir compiled, and what tt-xla's
-# torch.compile path would hand it instead (tt_torch/backend/backend.py applies the composites
-# unless the option tt_enable_composite_ops is False).
-SDPA_LEFT_FLAT = ("{n} attention{s} compiled flat (torch-mlir's decomposition), not as tt-xla's SDPA composite: {why}; "
-                  "tt-xla's torch.compile(backend=\"tt\") wraps F.scaled_dot_product_attention unless its option "
-                  "tt_enable_composite_ops is False")
-
-
 def fused_kernels(text: str) -> dict[str, int]:
     """{tt-mlir op name: count} of the fused kernels (``KERNELS``) a TTIR or TTNN module runs per step
     (const-eval functions left out)."""
@@ -388,17 +410,16 @@ def skipped(why: str) -> dict:
             "ttnn_ops_per_step": None, "ttnn_ops_at_load": None, "differences": [f"not checked: {why}"]}
 
 
-def summarize(plan, result: Compiled, system, *, facts=None, cost_model=None,
-              left_flat: list[str] | None = None) -> dict:
-    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (held against
-    XLA's reductions apart: ``hold_against_xla``); ``facts``, the priced module's
-    ``ModuleFacts``, give the priced device ops to hold TTNN's against; ``left_flat``, why
-    attentions of the compiled module were left out of tt-xla's SDPA composite."""
+def summarize(plan, result: Compiled, system, *, facts=None, cost_model=None) -> dict:
+    """The plan JSON's ``checks.tt_mlir`` for ``plan`` compiled as ``result`` (its numerics
+    and verdict apart: ``shard_opt.deliverable``); ``facts``, the priced module's
+    ``ModuleFacts``, give the priced device ops to hold TTNN's against."""
     from shard_opt.costmodel.ttnn_ops import class_counts
 
     priced_ops = len(facts.ops) if facts is not None else None
     priced_classes = class_counts(facts) if facts is not None else None
-    out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "stages": {},
+    out = {"compiled": result.compiled, "error": result.error, "seconds": result.seconds, "cached": result.cached,
+           "stages": {},
            **({"ir_dir": result.ir_dir} if result.ir_dir else {}),
            "collectives_at_load": {}, "ttnn_ops_per_step": None, "ttnn_ops_at_load": None,
            "matches": False, "differences": []}
@@ -433,9 +454,6 @@ def summarize(plan, result: Compiled, system, *, facts=None, cost_model=None,
     notes = []
     if n_sdpa and not out["kernels"].get("ttnn", {}).get("scaled_dot_product_attention"):
         notes.append(SDPA_AT_LEVEL_0.format(n=n_sdpa))
-    for why in sorted(set(left_flat or ())):
-        n = sum(1 for w in left_flat if w == why)
-        notes.append(SDPA_LEFT_FLAT.format(n=n, s="s" if n > 1 else "", why=why))
     if notes:
         out["kernel_notes"] = notes
     if priced_ops is not None:
@@ -458,29 +476,6 @@ def _priced_kernels(facts) -> dict[str, int]:
         if op.kind in set(KERNELS.values()):
             out[op.kind] = out.get(op.kind, 0) + 1
     return out
-
-
-def hold_against_xla(check: dict, plan, result: Compiled, xla: list[dict] | str,
-                     source: str | None = None) -> dict:
-    """``check`` (``summarize``'s) with whether tt-mlir keeps every reduction XLA makes for the
-    same module: ``xla`` is ``verify.xla_collectives`` of it, or the error XLA gave
-    (``likely_miscompile``: see ``missing_reductions``); ``source`` is the module text tt-mlir
-    compiled (its TTIR's locations are lines of it)."""
-    if isinstance(xla, str):
-        check["xla"] = {"compiled": False, "error": xla}
-    elif "ttir" in result.irs:
-        shape, _ = _plan.mesh_of(plan)
-        whole: list[str] = []
-        missing = missing_reductions(result.irs["ttir"], [1, shape[0]] if len(shape) == 1 else shape, xla,
-                                     source=source, whole=whole)
-        check["xla"] = {"compiled": True, "reductions": len(xla_reductions(xla)), "missing_reductions": missing,
-                        **({"reduced_whole_by_tt_mlir": whole} if whole else {})}
-        check["likely_miscompile"] = bool(missing)
-        if missing:
-            check["matches"] = False
-            check["differences"].append(f"likely miscompile: {len(missing)} reduction(s) XLA makes for the same "
-                                        f"shardings are not in tt-mlir's TTIR ({missing[0]})")
-    return check
 
 
 def ttnn_vs_ttir(summary: dict, mesh_shape) -> list[str]:
@@ -523,96 +518,6 @@ def _sum_of(total: int, count: int, parts: list[int]) -> bool:
     if count == 0:
         return total == 0
     return any(p <= total and _sum_of(total - p, count - 1, parts) for p in parts)
-
-
-def xla_reductions(xla: list[dict]) -> list[tuple[str, int]]:
-    """(kind, per-device elements reduced) of every reduction in XLA's partitioned module
-    (``verify.xla_collectives``): one per operand, as XLA's combiner packs several
-    all-reduces into one tuple instruction."""
-    out = []
-    for c in xla:
-        if c["kind"] in ("all_reduce", "reduce_scatter"):
-            for shape in c.get("operand_shapes") or []:
-                out.append((c["kind"], math.prod(shape[1]) if shape and isinstance(shape[1], (list, tuple))
-                            else int(shape)))
-    return out
-
-
-def missing_reductions(ttir_text: str, mesh_shape, xla: list[dict], *, source: str | None = None,
-                       whole: list | None = None) -> list[str]:
-    """The reductions XLA's SPMD partitioner inserts for the same shardings that tt-mlir's
-    TTIR has no counterpart for, in words (empty: every one is there).
-
-    A partial sum must be reduced before it is read whole; XLA and tt-mlir may reduce it
-    differently (an all_reduce, or a reduce_scatter that leaves it split: tt-mlir's
-    ShardyCCLCanonicalization, PR 6843), but each reduces the same per-device tensor, so
-    reductions pair by their operand's per-device element count (a reduction over two mesh
-    axes is one TTIR op per axis, each of the same tensor). A reduction XLA makes and
-    tt-mlir does not is a partial sum read as if whole: the result is wrong (how the
-    residual-stream failure shows, issue #22). Reductions at load time (const-eval) count
-    as tt-mlir's too.
-
-    XLA partitions again, and may split a value the plan keeps whole and then reduce its
-    partial sums: a reduction tt-mlir runs on every device over the whole extent of the
-    reduced dims (``local_whole_reductions``, read against the ``source`` module tt-mlir
-    compiled) needs no collective, so an XLA reduction of that many elements is paired
-    with it and said in ``whole`` instead (measured: the Qwen3.5 conv fixture, where XLA
-    all-reduces a 128-element sum that tt-mlir computes whole, 64 of 64 per device)."""
-    ops, _, _ = vir.parse_dump(ttir_text, list(mesh_shape))
-    have: dict[int, int] = {}
-    for o in ops:
-        if o.kind in ("all_reduce", "reduce_scatter"):
-            e = math.prod(o.in_shape) if o.in_shape else 0
-            have[e] = have.get(e, 0) + 1
-    local = local_whole_reductions(ttir_text, source) if source else {}
-    out = []
-    for kind, e in xla_reductions(xla):
-        if have.get(e, 0) > 0:
-            have[e] -= 1
-        elif local.get(e, 0) > 0:
-            local[e] -= 1
-            if whole is not None:
-                whole.append(f"XLA {kind.replace('_', '-')}s a {e}-element partial sum that tt-mlir computes "
-                             f"whole on each device")
-        else:
-            out.append(f"XLA {kind.replace('_', '-')}s a {e}-element partial sum tt-mlir never reduces")
-    return out
-
-
-_TTIR_REDUCE = re.compile(r'"ttir\.(?:sum|mean|max|min|prod)"\(.*?dim_arg = \[([^\]]*)\].*?:\s*\(tensor<([^>]*)>\)'
-                          r'\s*->\s*tensor<([^>]*)>\s+loc\(([^)]*)\)')
-_LOC_ALIAS = re.compile(r'^(#loc\d+) = loc\("[^"]*":(\d+):\d+\)', re.M)
-_SHLO_REDUCE = re.compile(r'stablehlo\.reduce\(.*?across dimensions = \[([^\]]*)\].*?:\s*\(tensor<([^>]*)>')
-
-
-def _dims(t: str) -> list[int]:
-    return [int(d) for d in t.split("x")[:-1]]
-
-
-def local_whole_reductions(ttir_text: str, source: str) -> dict[int, int]:
-    """{per-device result elements: count} of TTIR's reductions (sum, mean, max, min, prod)
-    that reduce, on each device, the whole extent of the dims the ``source`` op (the
-    ``stablehlo.reduce`` on the line their location names) reduces: no partial sum is left."""
-    aliases = {a: int(line) for a, line in _LOC_ALIAS.findall(ttir_text)}
-    lines = source.splitlines()
-    out: dict[int, int] = {}
-    for dims, operand, result, loc in _TTIR_REDUCE.findall(ttir_text):
-        m = re.match(r'"[^"]*":(\d+):\d+', loc)
-        line = int(m.group(1)) if m else aliases.get(loc.strip())
-        if not line or line > len(lines):
-            continue
-        src = _SHLO_REDUCE.search(lines[line - 1])
-        if src is None:
-            continue
-        g, d = _dims(src.group(2)), _dims(operand)
-        reduced = [int(x.split(":")[0]) for x in dims.split(",") if x.strip()]
-        src_reduced = [int(x) for x in src.group(1).split(",") if x.strip()]
-        if len(g) != len(d) or sorted(reduced) != sorted(src_reduced):
-            continue
-        if all(d[k] == g[k] for k in reduced):
-            e = math.prod(_dims(result)) if _dims(result) else 1
-            out[e] = out.get(e, 0) + 1
-    return out
 
 
 def differences(verdicts: dict) -> list[str]:
@@ -687,15 +592,20 @@ def checked_cost(plan, ttir, summary: dict, system, cost_model=None, ttnn=None) 
 
 
 def line(check: dict, name: str = "plan") -> str:
-    """The one stderr line of the check."""
-    if not check["compiled"]:
-        return f"shard-opt: tt-mlir: {name} did NOT compile: {check['error']}"
+    """The one stderr line of a plan's check: the verdict, then what tt-mlir runs."""
+    from shard_opt.verdict import Verdict
+
+    v = Verdict.from_json(check["verdict"]) if check.get("verdict") else None
+    head = f"shard-opt: {name}: {v.line()}" if v is not None else f"shard-opt: {name}: tt-mlir verdict: not checked"
+    if not check.get("compiled"):
+        return head
     st = check["stages"]
     ttnn = ", ".join(f"{k} x{n}" for k, n in st.get("ttnn", {}).items()) or "no CCL"
-    verdict = "LIKELY MISCOMPILE (leaves out a reduction XLA makes)" if check.get("likely_miscompile") else \
-        "matches the priced collectives" if check["matches"] else \
-        f"DIFFERS from the plan ({len(check['differences'])} differences, see the report)"
+    same = "matches the priced collectives" if check["matches"] else \
+        f"DIFFERS from the priced collectives ({len(check['differences'])} differences, see the report)"
     extra = f"; checked {check['checked_us']} us" if "checked_us" in check else ""
-    took = f"{check['seconds']:.1f} s" + (f", the check {check['check_seconds']:.1f} s" if "check_seconds" in check else "")
-    return (f"shard-opt: tt-mlir: {name} compiled ({took}), {verdict}; TTNN per step: {ttnn}, "
+    took = "compiled before (kept)" if check.get("cached") else f"compile {check['seconds']:.1f} s"
+    if "check_seconds" in check:
+        took += f", the check {check['check_seconds']:.1f} s"
+    return (f"{head}\nshard-opt: {name}: tt-mlir ({took}) {same}; TTNN per step: {ttnn}, "
             f"{check['ttnn_ops_per_step']} device ops ({check['ttnn_ops_at_load']} at load){extra}")
