@@ -114,6 +114,17 @@ CLAIMS: dict[str, Claim] = {
     "ccl-sum-only": Claim("CCL reductions are Sum only", r"sum"),
     "zero-stages": Claim("ZeRO memory per stage", r"ZeRO"),
     "torch-xla-spmd": Claim("the tt-xla PyTorch SPMD set-up", r"SPMD|mark_sharding"),
+    # Serving (--serve)
+    "serving-columns": Claim("tt-inference-server reports a deployment by ISL, OSL, concurrency, TTFT, TPOT, "
+                             "tokens/s/user and tokens/s", r"tt-inference-server"),
+    "kv-per-token": Claim("KV bytes per token = 2 x layers x KV heads x head_dim x bytes; per chip divided by "
+                          "min(TP, KV heads)", r"KV"),
+    "sharded-topk": Claim("vocab-split logits sampled with the tenstorrent.topk composite instead of an "
+                          "all_gather of the vocabulary", r"top-?k"),
+    "disaggregated-prefill": Claim("prefill on its own mesh, the KV cache handed to decode in a stated layout",
+                                   r"prefill"),
+    "multi-host-links": Claim("links per edge of multi-Galaxy meshes (tt-metal mesh graph descriptors)",
+                              r"link|channel"),
 }
 
 _LIMITS = "compiler-limitation"
@@ -357,6 +368,33 @@ CITATIONS: dict[str, Source] = {
         "contraction whose operands are split on different axes lowers to sdy.collective_permute or loses "
         "accuracy (Lumina PCC 0.093 -> 0.93 with every collective on one axis)",
         "mixed-axis-contraction", _LIMITS),
+    # Serving (serving.md).
+    "tt_inference_server": _src(
+        "tt-inference-server model specs and benchmarks",
+        "tenstorrent/tt-inference-server workflows/model_specs/prod/llm.yaml (max_concurrency, max_context, "
+        "data_parallel_size, MESH_DEVICE per model and device); benchmarks over an ISL / OSL / concurrency grid "
+        "reporting TTFT, TPOT, tokens/s/user and total tokens/s",
+        "serving-columns"),
+    "kv_cache_sizing": _src(
+        "KV cache per token (tt-xla PRs 5731, 5872)",
+        "KV bytes per token = 2 x layers x KV heads x head_dim x bytes per element; per chip divided by "
+        "min(TP, KV heads); vLLM sized the cache as if unsharded until tt-xla PR 5731",
+        "kv-per-token"),
+    "tt_xla_5004": _src(
+        "tt-xla PR 5004 (sharded top-k sampling)",
+        "vocab-sharded logits sampled with the tenstorrent.topk composite (tt-mlir PR 8601) replace the "
+        "~128k-vocab all_gather of every decode step",
+        "sharded-topk"),
+    "tt_metal_disaggregation": _src(
+        "tt-metal disaggregated prefill (tt-metal PR 42568, PR 52292)",
+        "prefill on its own mesh with a KV layout contract toward decode (K heads then V heads, one head per "
+        "TP column); a shared prefill engine in models/demos/common/prefill",
+        "disaggregated-prefill"),
+    "tt_metal_mesh_graphs": _src(
+        "tt-metal mesh graph descriptors",
+        "tt_metal/fabric/mesh_graph_descriptors/: 4 channels inside one WH Galaxy; 1 on the WH dual (8x8) and "
+        "quad (8x16) meshes; 2 on the 16x8 ring-by-ring",
+        "multi-host-links"),
 }
 
 # key -> a phrase the reference notes contain (a test keeps citations honest).
@@ -399,6 +437,11 @@ EVIDENCE: dict[str, str] = {
     "expert_residual_stream": "PCC ~0.37",
     "expert_fused_split": "miscompiles under Shardy",
     "expert_kv_heads": "Gemma 4 loader",
+    "tt_inference_server": "workflows/model_specs/prod/llm.yaml",
+    "kv_cache_sizing": "min(TP, KV heads)",
+    "tt_xla_5004": "tt-xla PR 5004",
+    "tt_metal_disaggregation": "PR 42568",
+    "tt_metal_mesh_graphs": "mesh_graph_descriptors",
 }
 
 # key -> where a source not (yet) in the reference notes was read, and a phrase of it: the
