@@ -34,8 +34,10 @@ def qwen():
 
 
 @pytest.fixture(scope="module")
-def plans(qwen):
-    default = optimize(qwen, Options(meshes=[MESH], progress=False)).plan
+def plans(qwen, real_plan):
+    # the default plan is the CLI's for the same script and mesh (conftest.REAL_RUNS, one
+    # search a test run, shared with the report and citation tests)
+    default = real_plan("qwen35")
     allowed = optimize(qwen, Options(meshes=[MESH], progress=False, allow=frozenset({"heads"}))).plan
     return default, allowed
 
