@@ -99,8 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="price collective_permute instead of rejecting it (tt-mlir issue 3370); "
                         "the same as --allow collective-permute")
     p.add_argument("--allow", metavar="RULE[,RULE...]",
-                   help="turn off compiler-safety rules (shard_opt/safety.py): residual-stream, vocab-gather, "
-                        "heads, conv-spatial, collective-permute")
+                   help="turn off compiler-safety rules (shard_opt/rules/): residual-stream, vocab-gather, "
+                        "heads, conv-spatial, collective-permute, fused-split, reshape-constraint, tile-aligned, "
+                        "tile-columns, one-axis-contraction")
     p.add_argument("--spec", metavar="SPEC.py|SPEC.json",
                    help="your own shard spec (load_shard_spec(model) in a .py, or {name: spec} JSON), priced "
                         "as the loader-spec baseline (and alone with --evaluate)")

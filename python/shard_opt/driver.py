@@ -147,7 +147,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     with timing.phase("search"):
         t0 = time.monotonic()
         short = safety.layer_copy(model)  # the sites of a layer are every layer's
-        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments)
+        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments, allow=opts.allow,
+                            removed=removed)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                         scorer=scorer, progress=progress, seeds=seeds, sites=sites)
         seconds = time.monotonic() - t0
@@ -507,8 +508,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
                                              "not_dividing": user.not_dividing}}
         if user.activations:
             plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
-        if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
-            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow))
+        if broken - set(opts.allow) - safety.REPORTED:  # the plan is the spec: it breaks them as written
+            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow) - safety.REPORTED)
         if user.mesh and list(user.mesh) != list(mesh.shape):
             plan.note(
                 f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")

@@ -89,6 +89,8 @@ class OpWork:
         ``linear``, ``conv``), ``gather``, or ``""`` for any other op.
       fidelity: the storage type of the block-float weight it reads (``bfp8``,
         ``bfp4``), which sets a matmul's math fidelity; None for plain weights.
+      kv_len: an attention's keys per (user, head) on one device (the ``Sk`` of its
+        scores: the KV-cache positions a decode step reads); 0 where not read.
     """
 
     name: str
@@ -100,6 +102,7 @@ class OpWork:
     op_index: int = 0
     kind: str = ""
     fidelity: str | None = None
+    kv_len: int = 0
 
 
 @dataclass
