@@ -348,9 +348,10 @@ def _same_cost_sites(p):
 
 def test_equal_alternatives_are_one_line(real_plan):
     """Constraint sites whose alternatives change nothing (+0.0 us, the same collectives) are
-    one line naming them, not a line each (the first of the shared real plans with several:
-    Qwen3.5's reshape sites had them until its heads rule and 2-layer fixture, the UNet's)."""
-    p = next((q for q in (real_plan(n) for n in ("qwen35", "unet")) if len(_same_cost_sites(q)) >= 2), None)
+    one line naming them, not a line each (the first of the shared real plans with several;
+    Qwen3.5's reshape sites had them until the heads rule's GQA groups moved its plan)."""
+    plans = (real_plan(n) for n in ("qwen35", "unet", "spec", "gpt2", "llama8b"))
+    p = next((q for q in plans if len(_same_cost_sites(q)) >= 2), None)
     assert p is not None, "no shared real plan has two constraint alternatives that cost what the plan costs"
     same = _same_cost_sites(p)
     text = render_report(p, png_path=None)
