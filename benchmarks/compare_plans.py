@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_ttmlir import QUICK, parse_case  # noqa: E402
+from bench_ttmlir import QUICK, parse_case, verdict as verdict_cell  # noqa: E402
 
 
 def plan_of(python: str, argv: list[str], timeout: float, check: bool = False) -> dict | str:
@@ -46,17 +46,15 @@ def kinds(plan: dict) -> str:
 
 
 def verdict(plan: dict) -> str:
-    v = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("verdict")
+    """The after-side's verdict cell (bench_ttmlir's words), why a plan went unchecked, and
+    which plan the check recommended."""
+    chk = (plan.get("checks") or {}).get("tt_mlir") or {}
+    v = chk.get("verdict")
     if not isinstance(v, dict):
         return "-"
-    if not v.get("checked"):
-        return f"not checked ({v.get('why')})"
-    if not v.get("compiled"):
-        return "did NOT compile"
-    rows = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("finalists") or []
-    chosen = next((r.get("label") for r in rows if r.get("recommended")), None)
-    return (f"compiled (composites {v.get('composites')}), numerics {v.get('numerics')}"
-            + (f"; recommended: {chosen}" if chosen else ""))
+    why = f" ({v.get('why')})" if not v.get("checked") else ""
+    chosen = chk.get("recommended")
+    return verdict_cell(chk) + why + (f"; recommended: {chosen}" if chosen else "")
 
 
 def shape_of(plan: dict) -> tuple:
