@@ -47,7 +47,7 @@ def parse_case(case: str):
     name, _, rest = case.partition("@")
     mesh, _, phase = rest.partition(":")
     name, _, layers = name.partition(":")
-    src = EXAMPLES.get(name, name if name.endswith(".py") else f"zoo:{name}")
+    src = EXAMPLES.get(name, os.path.abspath(name) if name.endswith(".py") else f"zoo:{name}")
     argv = [src, "--mesh", mesh]
     if layers:
         argv += ["--layers", layers]
@@ -156,6 +156,7 @@ def main(argv=None) -> int:
             rows.append(run(case, args.timeout, args.cold))
         except subprocess.TimeoutExpired:
             rows.append({"case": case, "error": f"timed out after {args.timeout:.0f} s"})
+        sys.stderr.write(table(rows[-1:]).splitlines()[2] + "\n")  # the row, as soon as it is known
     print(table(rows))
     ok = [r for r in rows if "check" in r]
     print(f"\n{sum(1 for r in ok if r['check']['matches'])} of {len(rows)} plans match tt-mlir "

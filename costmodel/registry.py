@@ -28,6 +28,7 @@ from shard_opt.options import option_value
 SYSTEM_MODULES = (
     "shard_opt.costmodel.wormhole",
     "shard_opt.costmodel.blackhole",
+    "shard_opt.costmodel.multihost",
 )
 
 COST_MODELS = {
@@ -39,7 +40,8 @@ COST_MODELS = {
 
 # Device count -> the preset a bare --mesh picks: the Wormhole system of that size
 # (docs/design.md, "Command-line contract"); 4 chips only exist as a Blackhole QuietBox 2 among the presets.
-DEFAULT_SYSTEM_BY_CHIPS = {1: "n150", 2: "n300", 4: "bh-quietbox2", 8: "wh-loudbox", 32: "wh-galaxy"}
+DEFAULT_SYSTEM_BY_CHIPS = {1: "n150", 2: "n300", 4: "bh-quietbox2", 8: "wh-loudbox", 32: "wh-galaxy",
+                           64: "wh-galaxy-x2", 128: "wh-galaxy-x4"}
 
 _systems: dict[str, System] | None = None
 _extra_systems: dict[str, System] = {}

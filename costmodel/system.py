@@ -50,12 +50,18 @@ class Compute:
       latency_us: per kernel class (``KERNEL_CLASSES``: ``matmul``, ``norm``, ``sdpa``,
         ``cache_update``, ``gather``), the fixed time a kernel of that class takes on top
         of its roofline (program start on its cores, circular-buffer setup, cross-core
-        reductions and ring passes). Fitted to decode kernels (32 rows or fewer: the
-        decode regime, docs/costmodel.md 2.0); a class not listed has none (the roofline,
+        reductions and ring passes). Fitted to decode kernels (one tile row of
+        activations, docs/costmodel.md 2.0); a class not listed has none (the roofline,
         at least ``kernel_floor_us``).
-      prefill_weight_efficiency: the DRAM share at which a matmul in the prefill regime
-        (more than ``DECODE_ROWS`` activation rows) streams its weight; its activations
-        keep ``dram_efficiency``. None: the weight too, as in decode.
+      prefill_weight_efficiency: the DRAM share at which a matmul of ``PREFILL_TILES``
+        or more tile rows streams its weight (its activations keep ``dram_efficiency``);
+        from one tile row (``dram_efficiency``) to ``PREFILL_TILES`` the time per weight
+        byte rises linearly in tile rows (``weight_share``). None: every matmul streams
+        its weight at ``dram_efficiency``.
+      sdpa_position_us: a fused attention's time per cached position it walks
+        (``OpWork.kv_len``), on top of its roofline: the serial chain of one (user, KV
+        head) group through its cache, which more heads per chip do not lengthen (fitted
+        to tt_transformers' long-context decode, docs/costmodel.md 2.0).
     """
 
     name: str
@@ -70,6 +76,7 @@ class Compute:
     prefetch_compute_share: float = 1.0
     latency_us: dict[str, float] = field(default_factory=dict, hash=False, compare=False)
     prefill_weight_efficiency: float | None = None
+    sdpa_position_us: float = 0.0
 
     def fidelity_of(self, weight_format: str | None) -> str:
         if self.fidelity == "hifi4":
@@ -83,9 +90,48 @@ COMPUTE_PROFILES = ("generic", "tuned")
 # class is its entry in shard_opt.kernels).
 KERNEL_CLASSES = tuple(dict.fromkeys(k.kernel_class for k in kernels.KERNELS if k.kernel_class))
 
-# A matmul whose activation has more rows than this is in the prefill regime: one tile row
-# (32) is what every decode kernel the latencies were fitted to reads (batch 32 or less).
-DECODE_ROWS = 32
+# Tenstorrent tensors are stored in 32x32 tiles (tt-metal tt_metal/api/tt-metalium/
+# constants.hpp TILE_HEIGHT = TILE_WIDTH = 32): a matmul's activation rows on one device
+# are padded up to whole tiles, so 16 rows cost the math, the activation traffic and the
+# weight stream of 32 (docs/costmodel.md 2.0).
+TILE_ROWS = 32
+
+# The tile rows of the two measured matmul regimes: the decode kernels the latencies were
+# fitted to read one tile row (batch 32 or less); the prefill kernels the prefill weight
+# share was fitted to read four (tt-metal's Llama-70B Galaxy prefill at 128 tokens). The
+# time per weight byte runs linearly in tile rows between them (``weight_share``): no
+# kernel at 2 or 3 tile rows is measured, so the straight line is our assumption.
+PREFILL_TILES = 4
+
+
+def tile_rows(rows: float) -> int:
+    """``rows`` activation rows on one device, padded up to whole tiles (at least one)."""
+    return TILE_ROWS * max(1, math.ceil(rows / TILE_ROWS - 1e-9))
+
+
+def tile_padding(shape) -> float:
+    """How much larger a tensor of ``shape`` is laid out in 32x32 tiles than its elements,
+    read as rows (every dim but the last, flattened: a decode step's users are rows, as
+    tt-metal lays them out) by columns (the last dim), each padded up to a multiple of 32:
+    a one-token [1, 1, 4096] moves as [32, 4096]. 1 for a scalar. Optimistic where the
+    compiled program keeps a [users, 1, hidden] tensor 3-D (each user's row then pads to a
+    tile of its own: not modeled)."""
+    shape = tuple(shape)
+    if not shape or 0 in shape:
+        return 1.0
+    rows, cols = math.prod(shape[:-1]), shape[-1]
+    return tile_rows(rows) * tile_rows(cols) / (rows * cols)
+
+
+def weight_share(tiles: float, decode: float, prefill: float | None) -> float:
+    """The DRAM share a matmul of ``tiles`` tile rows streams its weight at: ``decode`` at
+    one tile row, ``prefill`` from ``PREFILL_TILES`` on, and between them the share whose
+    time per byte lies on the straight line between the two (continuous in tile rows, never
+    faster as rows are added while ``prefill <= decode``)."""
+    if prefill is None:
+        return decode
+    x = min(1.0, max(0.0, (tiles - 1) / (PREFILL_TILES - 1)))
+    return 1.0 / ((1 - x) / decode + x / prefill)
 
 
 def kernel_class(kind: str, name: str = "") -> str:
@@ -291,6 +337,21 @@ class System:
             if topology not in TOPOLOGIES:
                 raise UserError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)}")
             groups = [(n, AxisLinks(topology, links.links)) for n, links in groups]
+        elif isinstance(axis, int) and not isinstance(axis, bool) and axis > 1 and kind != "collective_permute":
+            # A group inside a ring axis longer than itself may run as that ring's collective
+            # (the chips outside the group forward on the fabric), so it never costs more
+            # than the whole ring: 7 chips of an 8-ring are priced at most as the 8-ring
+            # (docs/costmodel.md 1.7).
+            options = dict(allow_collective_permute=allow_collective_permute, native_all_to_all=native_all_to_all,
+                           alpha_beta=alpha_beta, profile=profile, axis_names=axis_names)
+            shape = tuple(mesh_shape) if mesh_shape is not None else self.default_mesh
+            rings = [size for size, a in zip(shape, self.links_for(shape))
+                     if size > axis and effective_topology(a.topology, size) == "ring"
+                     and a.links >= self.group_wiring(axis, shape).links]
+            own = self.collective_time_us(kind, bytes_per_device, axis, shape, topology=self.group_wiring(
+                axis, shape).topology, **options)
+            return min([own] + [self.collective_time_us(kind, bytes_per_device, m, shape, topology="ring", **options)
+                                for m in rings])
         groups = [(n, links) for n, links in groups if n > 1]
         if not groups:
             return 0.0

@@ -22,14 +22,18 @@ Compute: a roofline per device op, at least the shortest kernel::
 
 ``latency_us`` is the fixed time of a kernel class (matmul, norm, sdpa, KV-cache update,
 gather), fitted to tt-metal's standalone decode kernels (``wormhole.GALAXY_KERNELS``).
-The latencies are the decode regime's (``regime``: 32 activation rows or fewer); a matmul
-in the prefill regime streams its weight at ``prefill_weight_efficiency`` (fitted to
-tt-metal's 128-token Galaxy prefill) and its activations at ``dram_efficiency``; long
-prompts are math bound and keep the large-matmul efficiency (docs/costmodel.md 2.0).
+Activation rows are padded to whole 32-row tiles on each device. The latencies are the
+decode kernels' (one tile row); a matmul streams its weight at a share that runs, per
+tile row, from ``dram_efficiency`` at one tile row to ``prefill_weight_efficiency`` (fitted
+to tt-metal's 128-token Galaxy prefill, four tile rows) and stays there; its activations
+move at ``dram_efficiency``; long prompts are math bound and keep the large-matmul
+efficiency (docs/costmodel.md 2.0). No regime switches at a row count: 33 rows cost one
+tile row more than 32, not a different kernel.
 
-A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak and reads
-its KV at ``sdpa_dram_efficiency``. Every device op and every collective also pays the
-op-to-op gap (``dispatch``: ``traced``, ``untraced`` or ``none``).
+A fused attention (``sdpa``) reaches ``sdpa_efficiency`` of the HiFi4 peak, reads its KV
+at ``sdpa_dram_efficiency`` and walks its cache at ``sdpa_position_us`` per position
+(``OpWork.kv_len``). Every device op and every collective also pays the op-to-op gap
+(``dispatch``: ``traced``, ``untraced`` or ``none``).
 
 Under the generic profile (the program tt-mlir compiles) the step also pays for the device
 ops TTNN runs that no priced op stands for -- layout and data movement, 2-3x the priced ops
@@ -56,7 +60,8 @@ import math
 from dataclasses import dataclass
 
 from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_per_device
-from shard_opt.costmodel.system import CCL_PROFILES, COMPUTE_PROFILES, DECODE_ROWS, System, kernel_class
+from shard_opt.costmodel.system import (CCL_PROFILES, COMPUTE_PROFILES, PREFILL_TILES, TILE_ROWS, System,
+                                        kernel_class, tile_padding, tile_rows, weight_share)
 from shard_opt.costmodel.ttnn_ops import estimated_extra_ops
 from shard_opt import kernels
 from shard_opt.errors import UserError
@@ -103,8 +108,10 @@ class TenstorrentModel(CostModel):
                 raise UserError(f"cost model {self.name}: {option}={value!r}; use one of {', '.join(allowed)}")
 
     def collective_us(self, c: Collective, facts: ModuleFacts, system: System) -> float:
+        # a tilized tensor moves whole 32x32 tiles: a decode step's [1, 4096] row moves as [32, 4096]
+        nbytes = c.bytes_per_device * tile_padding(c.in_local_shape)
         t = system.collective_time_us(
-            c.kind, c.bytes_per_device, collective_axis(c, facts), facts.mesh_shape,
+            c.kind, nbytes, collective_axis(c, facts), facts.mesh_shape,
             axis_names=facts.mesh_axes, allow_collective_permute=self.allow_collective_permute,
             native_all_to_all=self.native_all_to_all, profile=self.ccl_profile,
         )
@@ -120,8 +127,8 @@ class TenstorrentModel(CostModel):
         if prefetched and op.kind in MATMUL_KINDS and op.weight_bytes:
             c = system.compute_profile(self.compute_profile)
             return self._kernel_us(op, system, op.bytes_in + op.bytes_out - op.weight_bytes,
-                                   c.prefetch_compute_share)
-        return self._kernel_us(op, system, op.bytes_in + op.bytes_out)
+                                   c.prefetch_compute_share, weight_bytes=0)
+        return self._kernel_us(op, system, op.bytes_in + op.bytes_out, weight_bytes=op.weight_bytes)
 
     def _gap(self, system: System) -> float:
         return system.compute_profile(self.compute_profile).dispatch_us[self.dispatch]
@@ -142,41 +149,57 @@ class TenstorrentModel(CostModel):
         n = estimated_extra_ops(facts)
         return n, n * self.unpriced_op_us(system)
 
-    def _kernel_us(self, op: OpWork, system: System, nbytes: float, share: float = 1.0) -> float:
-        """One kernel: the roofline of ``nbytes`` of traffic, its math on ``share`` of the
-        compute grid, at least the shortest kernel."""
+    def _kernel_us(self, op: OpWork, system: System, nbytes: float, share: float = 1.0, *,
+                   weight_bytes: float = 0) -> float:
+        """One kernel: the roofline of ``nbytes`` of traffic (``weight_bytes`` of it a
+        weight), its math on ``share`` of the compute grid, at least the shortest kernel.
+        Activation rows are padded to whole tiles (``TILE_ROWS``); a matmul streams its
+        weight at the share its tile rows give (``weight_share``: continuous from the
+        decode kernels' one tile row to the prefill kernels' four, docs/costmodel.md 2.0)."""
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
         latency = c.latency_us.get(kernel_class(op.kind, op.name), 0.0)
         if kernels.of(op.kind).kernel_class == kernels.SDPA.kernel_class:
+            # its query rows are not padded: a decode kernel packs a KV group's query heads
+            # into one tile row, and a sub-tile sequence split is removed (rule tile-aligned)
             math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)
-            return max(latency + max(math_us, system.dram_us(nbytes, c.sdpa_dram_efficiency)), c.kernel_floor_us)
+            kv_us = system.dram_us(nbytes, c.sdpa_dram_efficiency)
+            return max(latency + max(math_us, kv_us) + op.kv_len * c.sdpa_position_us, c.kernel_floor_us)
         fidelity = c.fidelity_of(op.fidelity)
         eff = self.matmul_efficiency if self.matmul_efficiency is not None else c.matmul_efficiency[fidelity]
-        math_us = op.flops / (system.peak_flops_per_us(fidelity) * eff * share)
-        if (self.dram_efficiency is None and c.prefill_weight_efficiency is not None and op.weight_bytes
-                and nbytes >= op.weight_bytes and self.regime(op) == "prefill"):
-            # docs/costmodel.md 2.0: a prefill matmul streams its weight at its own share
-            dram_us = (system.dram_us(nbytes - op.weight_bytes, dram)
-                       + system.dram_us(op.weight_bytes, c.prefill_weight_efficiency))
-        else:
-            dram_us = system.dram_us(nbytes, dram)
+        rows = self.rows(op)
+        pad = tile_rows(rows) / rows if rows else 1.0
+        math_us = op.flops * pad / (system.peak_flops_per_us(fidelity) * eff * share)
+        weight = min(weight_bytes, nbytes)
+        dram_us = system.dram_us((nbytes - weight) * pad, dram)
+        if weight:
+            prefill = c.prefill_weight_efficiency if self.dram_efficiency is None else None
+            dram_us += system.dram_us(weight, weight_share(tile_rows(rows) / TILE_ROWS, dram, prefill))
         return max(latency + max(math_us, dram_us), c.kernel_floor_us)
 
     @staticmethod
-    def regime(op: OpWork) -> str:
-        """``decode`` or ``prefill``: which calibration regime an op is priced in. A matmul
-        with a weight is ``prefill`` when its activation has more than ``DECODE_ROWS`` rows
-        (rows = flops / (2 x weight elements)); everything else is ``decode``: it is priced
-        with the decode regime's constants, the only ones its class has (norms and
-        attention have no prefill constant; docs/costmodel.md 2.0)."""
+    def rows(op: OpWork) -> float:
+        """Activation rows of a matmul-like op with a weight on one device: its FLOPs over
+        twice its weight's elements (``2 * M * K * N / (K * N)``), the weight's elements read
+        at its block-float format or else at the op's own element type (a weight stored
+        narrower than the op computes, a bf16 weight converted to f32, gives half the rows:
+        optimistic); 0 for any other op (its traffic is priced as read, unpadded)."""
         if op.kind in MATMUL_KINDS and op.weight_bytes:
             from shard_opt.facts import dtype_bytes
 
-            elements = op.weight_bytes / dtype_bytes(op.fidelity or "bf16")
-            if elements and op.flops / (2 * elements) > DECODE_ROWS:
-                return "prefill"
-        return "decode"
+            elements = op.weight_bytes / dtype_bytes(op.fidelity or op.dtype or "bf16")
+            if elements and op.flops:
+                return op.flops / (2 * elements)
+        return 0.0
+
+    def prefill_share(self, op: OpWork) -> float:
+        """How far a matmul is from the decode kernels to the prefill ones: 0 at one tile
+        row of activations, 1 from ``PREFILL_TILES`` tile rows on (linear in tile rows
+        between); 0 for an op without a weight."""
+        rows = self.rows(op)
+        if not rows:
+            return 0.0
+        return min(1.0, (tile_rows(rows) / TILE_ROWS - 1) / (PREFILL_TILES - 1))
 
     def price(self, facts: ModuleFacts, system: System) -> Cost:
         cost = self._price(facts, system)

@@ -211,7 +211,8 @@ GENERIC_COMPUTE = Compute(
     # FlashAttention: no Wormhole utilisation is published as text; Blackhole's ring SDPA
     # reaches 62-70% of its math peak (from an earlier research pass; the tt-metal file it
     # came from was not recorded: unsourced); 0.65 taken for Wormhole too (unconfirmed). FlashDecode reads the KV cache at up to
-    # 180 GB/s (tech_reports/FlashAttention/FlashDecode.md).
+    # 180 GB/s (tech_reports/FlashAttention/FlashDecode.md): replaced below by the long-context fit
+    # (fit_cache_walk: the share and a time per cached position).
     sdpa_efficiency=0.65, sdpa_dram_efficiency=180 / 288,
     kernel_floor_us=KERNEL_FLOOR_US, dispatch_us=DISPATCH_US,
     sources=(_GEMM, _LLMS, "tt-mlir include/ttmlir/Dialect/TTNN/Pipelines/TTNNPipelines.h"),
@@ -251,7 +252,7 @@ TUNED_COMPUTE = Compute(
 # the unit tests' own sizes were not read beyond LayerNorm's). One constant per class: the
 # matmul latency is the mean of its four residuals (4.8, 3.8, 3.2, 1.7 us: the spread is
 # what one fixed term cannot follow). Not fitted to: any op inside the layer (held out),
-# prefill (docs/costmodel.md 2.0: the prefill regime is not calibrated).
+# prefill (docs/costmodel.md 2.0: four tile rows, PREFILL_KERNELS below).
 _OPS = "tt-metal models/demos/llama3_70b_galaxy/tests/tg_perf_unit_tests/test_llama_ops_perf_TG_llama.py"
 _RING = "tt-metal models/demos/llama3_70b_galaxy/tests/tg_perf_unit_tests/test_ring_matmul_perf_TG_llama.py"
 
@@ -284,7 +285,7 @@ GALAXY_KERNELS = (
                                                 _nb((32, 2048), "bf16"), 0, "bf16", kind="norm"), 10.9, _OPS),
     KernelPoint("ScaledDotProductAttentionDecode (8 users x 8 heads, 128 positions, bfp8 KV)",
                 OpWork("sdpa", 4 * 8 * 128 * 128 * 8, _nb((8, 8, 128), "bf16") + 2 * _nb((8, 1, 128, 128), "bfp8"),
-                       _nb((8, 8, 128), "bf16"), 0, "bf16", kind="sdpa"), 8.18, _OPS),
+                       _nb((8, 8, 128), "bf16"), 0, "bf16", kind="sdpa", kv_len=128), 8.18, _OPS),
     KernelPoint("PagedUpdateCacheDeviceOperation (K and V rows of 8 users, bfp8)",
                 OpWork("update", 0, _nb((2, 8, 1, 128), "bf16"), _nb((2, 8, 1, 128), "bfp8"), 0, "bfp8",
                        kind="cache_update"), 3.67, _OPS),
@@ -302,12 +303,14 @@ GALAXY_KERNELS = (
 
 def roofline_us(op: OpWork, c: Compute, *, prefetched: bool = False) -> float:
     """A Wormhole kernel's roofline under profile ``c`` (the formula of
-    ``TenstorrentModel._kernel_us`` without latency and floor): what the latency fit
-    subtracts from each measured kernel."""
+    ``TenstorrentModel._kernel_us`` without latency and floor; every calibration kernel reads
+    one tile row, so no padding and the decode weight share): what the latency fit subtracts
+    from each measured kernel. An attention's walk through its cache (``kv_len`` positions at
+    ``sdpa_position_us``) is part of it."""
     nbytes = op.bytes_in + op.bytes_out - (op.weight_bytes if prefetched else 0)
     if kernel_class(op.kind) == kernels.SDPA.kernel_class:
         return max(op.flops / (PEAK_TFLOPS["HiFi4"] * 1e6 * c.sdpa_efficiency),
-                   nbytes / (DRAM_GBPS * 1e3 * c.sdpa_dram_efficiency))
+                   nbytes / (DRAM_GBPS * 1e3 * c.sdpa_dram_efficiency)) + op.kv_len * c.sdpa_position_us
     fidelity = c.fidelity_of(op.fidelity)
     share = c.prefetch_compute_share if prefetched else 1.0
     return max(op.flops / (PEAK_TFLOPS[fidelity] * 1e6 * c.matmul_efficiency[fidelity] * share),
@@ -324,11 +327,11 @@ def fit_latencies(points, c: Compute) -> dict[str, float]:
     return {k: max(0.0, mean(v)) for k, v in residuals.items()}
 
 
-# ---- the prefill regime: tt-metal's Llama-70B Galaxy prefill at 128 tokens ---------------
+# ---- four tile rows: tt-metal's Llama-70B Galaxy prefill at 128 tokens ---------------------
 #
 # tt-metal models/demos/llama3_70b_galaxy/tests/perf_targets/prefill_128.json (targets of
 # test_prefill_device_perf.py: one layer, batch 1, 128 tokens; kernel_duration in ns), per
-# chip x [128, 2048]. Its matmuls run far over the decode regime's time: after the matmul
+# chip x [128, 2048]. Its matmuls run far over the decode kernels' time: after the matmul
 # latency and their activations at the DRAM-sharded rate, QKV streams its 2.8 MB weight in
 # 38 us and FF2 its 7.8 MB in 106 us: 73 GB/s both (the DRAM-interleaved 2-D matmuls of
 # prefill, not the decode prefetcher). Another reading fits the rows too (12% of the math
@@ -336,7 +339,12 @@ def fit_latencies(points, c: Compute) -> dict[str, float]:
 # would make long prompts 6x slower with nothing measured behind it, where a slow weight
 # stream leaves them math bound at the large-matmul efficiency: the conservative reading.
 # Fitted to QKV_MM and matmul_ffn_2 (bfp8); matmul_attn_out, matmul_ffn_1 and
-# matmul_ffn_3 are held out (benchmarks/fidelity.py).
+# matmul_ffn_3 are held out (benchmarks/fidelity.py). These are four tile rows (128); the
+# share applies from there on, and between one tile row (the decode kernels) and four the
+# time per weight byte runs on a straight line (system.weight_share: no kernel at 2-3 tile
+# rows is measured). Checked against Falcon-7B's whole-model N150 prefill
+# (falcon7b_common/tests/test_falcon_device_perf.py): too slow for large matmuls there
+# (fidelity.py notes, docs/costmodel.md 2.0), not gated.
 _PREFILL = "tt-metal models/demos/llama3_70b_galaxy/tests/perf_targets/prefill_128.json"
 PREFILL_KERNELS = (
     KernelPoint("prefill 128 QKV_MM [128, 2048] x [2048, 1280] bfp8", _mm(128, 2048, 1280, "bfp8"), 45.011, _PREFILL),
@@ -354,6 +362,91 @@ def fit_prefill_weight_efficiency(points, latency_us: float, c: Compute) -> floa
     return mean(share(p) for p in points)
 
 
+# ---- decode attention through a long cache: tt_transformers' 64K-token rows ---------------
+#
+# tt-metal models/tt_transformers/PERF.md gives each model's decode speed (t/s/u, batch 1,
+# traced) at a 128-token prompt ("Performance") and at a 64K-token prompt ("Long-context (64K
+# Tokens)"), both over 200 generated tokens: mean positions 128 + 100 and 65536 + 100. Only
+# the KV cache attention reads grows between them, so 1/t/s/u(64K) - 1/t/s/u(128), per decoder
+# layer, is the growth of one decode SDPA kernel over 65408 positions. Per chip the kernel
+# reads kv_heads_per_chip x 2 x head_dim x 1.0625 B (bfp8 cache) per position; the growth
+# is not that traffic at one rate: Llama-3.1-8B grows 744, 490 and 334 us per layer with 8, 4
+# and 1 KV heads per chip (N150, N300, T3K), a fixed time per position beside the traffic.
+# Fitted (``fit_cache_walk``, least squares of growth per position against bytes per
+# position) to the three Llama-3.1-8B rows: the time per position (one (user, KV head)
+# group's walk through its cache, which more groups on the chip do not lengthen) and the
+# share of the DRAM spec the traffic moves at. Unconstrained the traffic share comes out at
+# 1.05 (302 GB/s); it is capped at the spec (our choice) and the per-position time refitted.
+# Held out (benchmarks/fidelity.py): the 1B, 3B and 70B rows of the same tables, and the
+# Galaxy Llama-70B demo's 1K-128K rows (models/demos/llama3_70b_galaxy/PERF.md).
+_PERF = "tt-metal models/tt_transformers/PERF.md"
+LONG_CONTEXT_POSITIONS = (128 + 100, 65536 + 100)
+
+
+@_dc.dataclass(frozen=True)
+class CachePoint:
+    """Decode speed at a short and a long cache for one model on one system (tt_transformers
+    PERF.md): the growth per decoder layer is one SDPA kernel's growth over the positions."""
+
+    label: str
+    kv_heads_per_chip: int
+    head_dim: int
+    layers: int
+    tps_short: float
+    tps_long: float
+    source: str = _PERF
+    use: str = "calibration"
+    positions: tuple = LONG_CONTEXT_POSITIONS
+
+    @property
+    def growth_us(self) -> float:
+        """Measured growth of one layer's decode step (us) from the short to the long cache."""
+        return (1e6 / self.tps_long - 1e6 / self.tps_short) / self.layers
+
+    @property
+    def bytes_per_position(self) -> float:
+        """KV-cache bytes one chip reads per cached position (K and V, bfp8)."""
+        return self.kv_heads_per_chip * 2 * self.head_dim * dtype_bytes("bfp8")
+
+    def sdpa(self, position: int) -> OpWork:
+        """One decode SDPA kernel on one chip at ``position`` (batch 1, Llama's 4 query heads per
+        KV head; the query and output are tiny beside the cache)."""
+        q = _nb((self.kv_heads_per_chip * 4, self.head_dim), "bf16")
+        return OpWork("sdpa", 4 * position * self.head_dim * 4 * self.kv_heads_per_chip,
+                      q + int(round(position * self.bytes_per_position)), q, 0, "bf16", kind="sdpa",
+                      kv_len=position)
+
+
+# Llama-3.1-8B (32 layers, 8 KV heads of 128): PERF.md "Performance" 28.3 / 44.2 / 64.3 t/s/u,
+# "Long-context (64K Tokens)" 16.9 / 26.1 / 38.1 t/s/u on N150 / N300 / T3K (1-D split of the
+# KV heads over the chips: 8, 4, 1 per chip).
+CACHE_POINTS = (
+    CachePoint("Llama-3.1-8B N150 (8 KV heads per chip)", 8, 128, 32, 28.3, 16.9),
+    CachePoint("Llama-3.1-8B N300 (4 KV heads per chip)", 4, 128, 32, 44.2, 26.1),
+    CachePoint("Llama-3.1-8B T3K (1 KV head per chip)", 1, 128, 32, 64.3, 38.1),
+)
+
+
+def fit_cache_walk(points) -> tuple[float, float]:
+    """(us per cached position, DRAM share of the cache traffic) from the calibration points:
+    growth / positions = per_position + bytes_per_position / (share x spec), least squares;
+    a share above 1 is capped at the spec and the per-position time refitted to the mean."""
+    rows = [(p.bytes_per_position, p.growth_us / (p.positions[1] - p.positions[0])) for p in points
+            if p.use == "calibration"]
+    mx, my = mean(x for x, _ in rows), mean(y for _, y in rows)
+    slope = sum((x - mx) * (y - my) for x, y in rows) / sum((x - mx) ** 2 for x, _ in rows)
+    share = 1.0 / (slope * DRAM_GBPS * 1e3)
+    if share > 1.0:
+        share = 1.0
+        slope = 1.0 / (DRAM_GBPS * 1e3)
+    return mean(y - slope * x for x, y in rows), share
+
+
+SDPA_POSITION_US, SDPA_KV_SHARE = fit_cache_walk(CACHE_POINTS)
+GENERIC_COMPUTE = _dc.replace(GENERIC_COMPUTE, sdpa_dram_efficiency=SDPA_KV_SHARE, sdpa_position_us=SDPA_POSITION_US)
+TUNED_COMPUTE = _dc.replace(TUNED_COMPUTE, sdpa_dram_efficiency=SDPA_KV_SHARE, sdpa_position_us=SDPA_POSITION_US)
+
+
 # Fitted on the tuned profile (the measured programs are tt-metal's). The generic profile
 # takes the same latencies: a tt-mlir TTNN kernel pays at least the fixed cost of the tuned
 # kernel of its class (unconfirmed: no per-op tt-mlir measurement is published).
@@ -364,9 +457,9 @@ KERNEL_LATENCY_US = fit_latencies(GALAXY_KERNELS, TUNED_COMPUTE)
 PREFILL_WEIGHT_EFFICIENCY = fit_prefill_weight_efficiency(PREFILL_KERNELS, KERNEL_LATENCY_US["matmul"], TUNED_COMPUTE)
 GENERIC_COMPUTE = _dc.replace(GENERIC_COMPUTE, latency_us=KERNEL_LATENCY_US,
                               prefill_weight_efficiency=PREFILL_WEIGHT_EFFICIENCY,
-                              sources=GENERIC_COMPUTE.sources + (_OPS, _RING, _PREFILL))
+                              sources=GENERIC_COMPUTE.sources + (_OPS, _RING, _PREFILL, _PERF))
 TUNED_COMPUTE = _dc.replace(TUNED_COMPUTE, latency_us=KERNEL_LATENCY_US, prefill_weight_efficiency=PREFILL_WEIGHT_EFFICIENCY,
-                            sources=TUNED_COMPUTE.sources + (_OPS, _RING, _PREFILL))
+                            sources=TUNED_COMPUTE.sources + (_OPS, _RING, _PREFILL, _PERF))
 COMPUTE = {"generic": GENERIC_COMPUTE, "tuned": TUNED_COMPUTE}
 
 

@@ -20,6 +20,10 @@ if "SHARD_OPT_CACHE" not in os.environ:
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# Under pytest-xdist (pyproject's addopts: two test processes, one per core) the search
+# evaluates in its own process (shard_opt.parallel): the other test process has the other core.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("SHARD_OPT_JOBS", "1")
 # The tt-mlir check (a child process compiling with the Tenstorrent plugin, seconds per run)
 # is off by default here; tests/test_ttmlir.py turns it on where it is the subject.
 os.environ.setdefault("SHARD_OPT_CHECK", "0")
@@ -121,6 +125,57 @@ def one_tt_mlir_compile_per_module():
     ttc.compile_all = real
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_lowering_per_script():
+    """A load script is lowered once per test run for each set of load arguments (the
+    product never caches scripts, ``frontends/cache.py``: what one lowers to may depend on
+    files no key sees; in a test run the fixture scripts do not change). The key holds the
+    script's path and bytes, the arguments, and the bytes of a ``spec`` file; a script that
+    fails is not kept (it fails again). Each call returns its own copy (its own ``meta``,
+    ``arguments`` list and short copies), free to edit, as a fresh lowering would be."""
+    import copy
+    import dataclasses
+    import hashlib
+
+    from shard_opt.frontends import torch_frontend as tf
+
+    real = tf.load_script
+    memo: dict = {}
+
+    def digest(path):
+        try:
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            return None
+
+    def load_script(path, **kw):
+        spec = kw.get("spec")
+        key = (os.path.abspath(path), digest(path), digest(spec) if spec else None,
+               tuple(sorted((k, v) for k, v in kw.items() if k != "spec")))
+        if key[1] is None:
+            return real(path, **kw)
+        if key not in memo:
+            memo[key] = real(path, **kw)
+        return _fresh(memo[key], path, kw)
+
+    def _fresh(model, path, kw):
+        copies: dict = {}
+
+        def with_layers(k):
+            if k not in copies:
+                copies[k] = load_script(path, **{**kw, "layers": k})
+            return copies[k]
+
+        return dataclasses.replace(model, arguments=list(model.arguments), meta=copy.deepcopy(model.meta),
+                                   architecture=copy.deepcopy(model.architecture),
+                                   with_layers=with_layers if model.with_layers is not None else None)
+
+    tf.load_script = load_script
+    yield
+    tf.load_script = real
+
+
 @pytest.fixture(scope="session")
 def real_plan(tmp_path_factory):
     """``real_plan(name)``: the ``Plan`` the CLI writes for ``REAL_RUNS[name]`` (run once a
@@ -132,13 +187,27 @@ def real_plan(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("real-plans")
     cache: dict[str, str] = {}
+    # one run per test run, not per test process: under pytest-xdist the processes share
+    # the run's base temporary directory, and the first to ask runs the CLI while the other
+    # waits for its plan
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "real-plans-shared"
+    shared.mkdir(exist_ok=True)
 
     def get(name: str):
         if name not in cache:
-            path = d / f"{name}.json"
-            code = main([*REAL_RUNS[name], "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"])
-            assert code == 0, f"{name}: shard-opt exited {code}"
-            cache[name] = path.read_text()
+            import fcntl
+
+            done = os.path.join(shared, f"{name}.json")
+            with open(os.path.join(shared, f"{name}.lock"), "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if not os.path.exists(done):
+                    path = d / f"{name}.json"
+                    code = main([*REAL_RUNS[name], "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"])
+                    assert code == 0, f"{name}: shard-opt exited {code}"
+                    os.replace(path, done)
+            with open(done) as f:
+                cache[name] = f.read()
         return plan_from_json(json.loads(cache[name]), where=name)
 
     return get
@@ -175,7 +244,7 @@ def _why(report) -> tuple[str, str]:
 
 
 def pytest_unconfigure(config):
-    if not _FAILURES:
+    if not _FAILURES or os.environ.get("PYTEST_XDIST_WORKER"):  # the controlling process says it
         return
     tr = config.pluginmanager.get_plugin("terminalreporter")
     write = tr.write_line if tr is not None else print

@@ -181,7 +181,10 @@ def test_every_claim_has_a_source_and_every_source_known_claims():
         assert sources_for(claim), claim
     for key, src in CITATIONS.items():
         assert src.supports and src.supports <= set(CLAIMS), key
-    assert set(citations.EVIDENCE) == set(CITATIONS)
+    assert not set(citations.EVIDENCE) & set(citations.VERIFIED_ELSEWHERE)
+    assert set(citations.EVIDENCE) | set(citations.VERIFIED_ELSEWHERE) == set(CITATIONS)
+    for key, where in citations.VERIFIED_ELSEWHERE.items():  # an address and the date it was read
+        assert where.startswith("https://") and "read 20" in where, key
 
 
 def test_bare_facts_carry_no_citation(_load):

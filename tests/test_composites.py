@@ -145,15 +145,17 @@ def test_tt_mlir_takes_each_attention_as_one_sdpa_and_runs_the_priced_collective
 
 @pytest.mark.skipif(not USABLE, reason=f"tt-mlir check unavailable: {WHY}")
 def test_a_plan_tt_mlir_refuses_with_its_composites_is_not_what_ships(run_cli, tmp_path):
-    """bert-large's best 1-layer 1x8 plans propagate in shard-opt with query and output
-    sharded alike, but tt-mlir's propagation through its SDPA custom_call parts them ("Query
-    and result must have the same type"): in the form tt-xla hands them over by default
-    (composites on) tt-mlir refuses them. Each is compiled again with composites off (a
-    deliverable of its own), but what ships first is the fastest plan that compiles with
-    composites on and passes numerics: finalist 3 here, said on stderr; the -o module is the
-    one compiled, with its composites."""
+    """bert-large's best 1-layer 1x8 plans at 256 tokens split the sequence (32 rows, one
+    tile, per device: at 128 tokens the tile-aligned rule keeps it whole) and propagate in
+    shard-opt with query and output sharded alike, but tt-mlir's propagation through its SDPA
+    custom_call parts them ("Query and result must have the same type"): in the form tt-xla
+    hands them over by default (composites on) tt-mlir refuses them. Each is compiled again
+    with composites off (a deliverable of its own), but what ships first is the fastest plan
+    that compiles with composites on and passes numerics (candidate 4 here), said on stderr;
+    the -o module is the one compiled, with its composites."""
     p, o = tmp_path / "p.json", tmp_path / "o.mlir"
-    code, _, err = run_cli("zoo:bert-large", "--layers", "1", "--mesh", "1x8", "--check", "--plan-json", p, "-o", o)
+    code, _, err = run_cli("zoo:bert-large", "--layers", "1", "--mesh", "1x8", "--seq-len", "256", "--check",
+                           "--plan-json", p, "-o", o)
     assert code == 0, err
     plan = json.loads(p.read_text())
     check = plan["checks"]["tt_mlir"]

@@ -386,3 +386,43 @@ def test_a_numerics_child_that_dies_is_said_with_its_last_line(monkeypatch):
     with num.Session("module {}", 8) as session:
         (r,) = session.run([("p", "module {}")])
     assert r.status == "not run" and "exited 1" in r.why and "MemoryError: no room" in r.why
+
+
+# ---------------------------------------------------------------------------------
+# A vocab-split lookup: tt-mlir's masked gather (tt.fill_out_of_bounds), run as tt-mlir runs it
+# ---------------------------------------------------------------------------------
+
+HEAD = os.path.join(SCRIPTS, "untied_head.py")
+
+
+def test_the_masked_gather_reads_zero_rows_outside_the_table():
+    """A gather carrying ``tt.fill_out_of_bounds`` reads zeros for a start index outside the
+    table (tt-mlir's ``ttir.rows_gather fill_out_of_bounds = true``), where XLA's own gather
+    would clamp the index to the table's edge."""
+    from shard_opt import ir
+
+    t_t, i_t, r_t = "tensor<4x2xf32>", "tensor<1x4xi64>", "tensor<1x4x2xf32>"
+    gather = (f'%0 = "stablehlo.gather"(%t, %i) <{{dimension_numbers = #stablehlo.gather<offset_dims = [2], '
+              f'collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 2>, slice_sizes = '
+              f'array<i64: 1, 2>}}> {{tt.fill_out_of_bounds}} : ({t_t}, {i_t}) -> {r_t}')
+    text = (f"module {{\n  func.func @main(%t: {t_t}, %i: {i_t}) -> {r_t} {{\n    {gather}\n"
+            f"    return %0 : {r_t}\n  }}\n}}\n")
+    made = num.runnable(text)
+    assert "shard_opt.masked_gather.0" in made
+    table = np.arange(8, dtype=np.float32).reshape(4, 2) + 1
+    got = np.asarray(ir.xla_execute(ir.xla_compile(made, 1, shardy=False),
+                                    [table, np.array([[-1, 0, 3, 5]], dtype=np.int64)])[0][0][1])
+    np.testing.assert_array_equal(got[0], [[0, 0], [1, 2], [7, 8], [0, 0]])
+
+
+@needs_plugin
+def test_a_vocab_split_lookup_computes_the_unsharded_answer():
+    # the embedding split 8 ways on its vocabulary: tt-mlir looks each device's rows up with
+    # out-of-table rows zero and all-reduces them (vocab-gather allows a row lookup's split)
+    text, dump = _program(HEAD, "1x8", {"embed_tokens.weight": ["model", None]})
+    assert "tt.fill_out_of_bounds" in dump and dump.count('"stablehlo.all_reduce"') == 1
+    (r,) = num.run(text, [("vocab", dump)], 8)
+    assert r.status == "passed", r
+    # the same program read with XLA's clamping gather: every device adds a row it does not own
+    (r,) = num.run(text, [("clamped", dump.replace("{tt.fill_out_of_bounds}", ""))], 8)
+    assert r.status == "failed", r

@@ -5,6 +5,7 @@ a head is found however it got there, and ``kv_layout`` says what the rule says.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -33,8 +34,10 @@ def qwen():
 
 
 @pytest.fixture(scope="module")
-def plans(qwen):
-    default = optimize(qwen, Options(meshes=[MESH], progress=False)).plan
+def plans(qwen, real_plan):
+    # the default plan is the CLI's for the same script and mesh (conftest.REAL_RUNS, one
+    # search a test run, shared with the report and citation tests)
+    default = real_plan("qwen35")
     allowed = optimize(qwen, Options(meshes=[MESH], progress=False, allow=frozenset({"heads"}))).plan
     return default, allowed
 
@@ -83,8 +86,11 @@ def test_the_default_plan_keeps_whole_heads(plans):
     # the model prefers the cut: the rule says what it cost, and what it kept out
     cost = row["cost"]
     assert cost["plan_us"] == plan["cost"]["total_us"] and cost["preferred_us"] < cost["plan_us"]
-    (role, sharding), = cost["arguments"].items()
-    assert role.endswith(("k_proj.weight", "v_proj.weight")) and sharding[0] == ["model"]
+    # the queries split 8 ways beside 4 replicated KV heads: 2 query heads over 4 KV heads per
+    # device, which tt-mlir's SDPA refuses (tt-mlir issue 8861, uneven_groups)
+    assert cost["arguments"] == {"model.layers.*.self_attn.q_proj.weight": [["model"], []],
+                                 "model.layers.*.self_attn.o_proj.weight": [[], ["model"]]}
+    assert row["priced_infinite"] > 0
     from shard_opt.emit.report import render_report
 
     assert "It cost this plan" in render_report(plan, png_path=None)
@@ -124,9 +130,10 @@ def test_a_kv_split_past_the_heads_is_found_in_the_propagated_module(qwen):
 
 
 def test_whole_heads_are_no_violation(qwen):
-    # the query heads split 8 ways (2 of 16 each), K/V replicated and sliced per query head
+    # the query heads split 8 ways (2 of 16 each) beside 4 replicated KV heads: whole heads,
+    # but 2 query heads over 4 KV heads per device (tt-mlir issue 8861: refused)
     shardings = _by_suffix(qwen, {"q_proj.weight": COL, "o_proj.weight": ROW})
-    assert "heads" not in _evaluator(qwen).facts_of(shardings).violations
+    assert "heads" in _evaluator(qwen).facts_of(shardings).violations
     # Llama's 8 KV heads on 8 devices: one whole head each
     llama = frontends.load(GQA, layers=2, dtype="f32")
     shardings = _by_suffix(llama, {"q_proj.weight": COL, "k_proj.weight": COL, "v_proj.weight": COL,
@@ -144,3 +151,27 @@ def test_a_kv_cache_split_that_propagation_moves_inside_a_head_is_found():
         body[dim] = ["model"]
         shardings = {a.index: TensorSharding.of(body) for a in decode.arguments if a.kind == "cache"}
         assert "heads" in _evaluator(decode).facts_of(shardings).violations, dim
+
+
+QWEN35 = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "qwen35_attention.py")
+
+
+def _evaluated_breaks(run_cli, tmp_path, mesh, spec):
+    path, plan_path = tmp_path / "spec.json", tmp_path / "plan.json"
+    path.write_text(json.dumps(spec))
+    code, _, err = run_cli(QWEN35, "--mesh", mesh, "--dtype", "f32", "--spec", path, "--evaluate", "--no-check",
+                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
+    assert code == 0, err
+    return {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}
+
+
+def test_query_heads_per_device_must_be_a_multiple_of_kv_heads_per_device(run_cli, tmp_path):
+    # tt-mlir issue 8861: 16 query heads split 8 ways (2 per device) beside 4 replicated KV
+    # heads (4 per device): "Query num heads must be divisible by key/value num heads"
+    q_only = {"model.layers.*.self_attn.q_proj.weight": ["model", None],
+              "model.layers.*.self_attn.o_proj.weight": [None, "model"]}
+    assert _evaluated_breaks(run_cli, tmp_path, "1x8", q_only)["heads"]
+    # 4 ways with K/V split alike: 4 query heads and 1 KV head per device
+    both = {**q_only, "model.layers.*.self_attn.k_proj.weight": ["model", None],
+            "model.layers.*.self_attn.v_proj.weight": ["model", None]}
+    assert not _evaluated_breaks(run_cli, tmp_path, "1x4", both)["heads"]

@@ -24,8 +24,12 @@ def test_a_loader_spec_is_a_baseline_compared_component_by_component(run_cli, tm
     assert base["source"] == "loader" and base["mesh"] == [1, 4] and not base["unmatched"]
     assert base["arguments"]["model.layers.*.self_attn.q_proj.weight"] == [["model"], []]
     assert base["arguments"]["model.layers.*.mlp.down_proj.weight"] == [[], ["model"]]
-    assert plan["cost"]["total_us"] <= base["total_us"]  # the search starts from the spec
-    assert "loader-spec" in err
+    # 4 query heads over 2 KV heads split 4 ways: K/V cannot split (half a head each), and
+    # replicated they leave 1 query head per device beside 2 KV heads, which tt-mlir's SDPA
+    # refuses (tt-mlir 8861): the spec is priced as written and infinite within the rules
+    assert base["breaks"] == ["heads"] and base["total_us"] is None
+    assert plan["cost"]["total_us"] <= base["as_written"]["total_us"]
+    assert "loader-spec" not in err  # no speed-up is claimed against a spec priced infinite
     rows = {r["component"]: r for r in plan["loader_comparison"]}
     q = rows["model.layers.*.self_attn.q_proj.weight"]
     assert q["expert"] == [["model"], []] and q["delta_us"] >= 0 and "us" in q["reason"]

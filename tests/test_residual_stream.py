@@ -145,8 +145,12 @@ def test_a_split_residual_stream_is_found_and_priced_infinite(models, case):
         assert "all_gather" in kinds and "reduce_scatter" not in kinds
     assert "residual-stream" in facts.violations
     s = ev.score_of(bad)
-    assert s.unsafe == ("residual-stream",) and math.isinf(s.score) and math.isfinite(s.total_us)
-    allowed = _evaluator(model, allow=frozenset({"residual-stream"})).score_of(bad)
+    # gemma2's 8 query heads split 8 ways beside its 4 KV heads replicated also break the
+    # heads rule's GQA groups (1 query head per device over 4 KV heads: tt-mlir 8861)
+    others = tuple(v for v in s.unsafe if v != "residual-stream")
+    assert others == (("heads",) if case == "gemma2" else ())
+    assert "residual-stream" in s.unsafe and math.isinf(s.score) and math.isfinite(s.total_us)
+    allowed = _evaluator(model, allow=frozenset({"residual-stream", *others})).score_of(bad)
     assert allowed.unsafe == () and allowed.score == allowed.total_us
 
 
@@ -157,7 +161,9 @@ def test_legitimate_plans_are_not_flagged(models, case):
     mega = shardings_by_role(model, _by_role(CASES[case][3]))
     facts, _, axes = _stream(_evaluator(model), mega)
     assert not axes and "all_reduce" in {c.kind for c in facts.collectives}
-    assert facts.violations == []
+    # the rule under test finds nothing (gemma2's Megatron, 8 query heads split 8 ways beside
+    # 4 replicated KV heads, breaks only the heads rule's GQA groups: tt-mlir 8861)
+    assert facts.violations == (["heads"] if case == "gemma2" else [])
     # tt-metal's 2-D layout: the stream split on "model", the output projections reducing
     # over "batch" (the axis it is not split on)
     two_d = shardings_by_role(model, _by_role(CASES[case][4]))

@@ -81,17 +81,17 @@ def test_exclude_rules_drop_options_from_the_search():
     groups = make_groups(model.arguments, meshes, set(PARALLELISM), limit=limit, removed=removed)
     by_role = {g.role: g for g in groups}
     emb = by_role["model.embed_tokens.weight"]
-    assert all(not o.dims[0] for o in emb.options)  # the vocabulary is never split
+    # a row lookup's vocabulary is offered: tt-mlir partitions it (a masked lookup and an all_reduce)
+    assert any(o.dims[0] for o in emb.options)
     k = next(g for r, g in by_role.items() if r.endswith("k_proj.weight"))
     # 8 KV heads: 2, 4 and 8-way splits of the heads dim, never 32 (part of a head)
     assert {o.split_factor(0, meshes[0]) for o in k.options} <= {1, 2, 4, 8}
-    assert removed["vocab-gather"] > 0 and removed["heads"] > 0
+    assert removed.get("vocab-gather", 0) == 0 and removed["heads"] > 0
     # allowed, the options come back
     free = make_groups(model.arguments, meshes, set(PARALLELISM),
-                       limit=safety.limits(model, structure_of(model), frozenset({"heads", "vocab-gather"})))
+                       limit=safety.limits(model, structure_of(model), frozenset({"heads"})))
     k_free = next(g for g in free if g.role == k.role)
     assert 32 in {o.split_factor(0, meshes[0]) for o in k_free.options}
-    assert any(o.dims[0] for o in next(g for g in free if g.role == emb.role).options)
 
 
 def test_plan_lists_every_rule(run_cli, tmp_path):
@@ -101,39 +101,48 @@ def test_plan_lists_every_rule(run_cli, tmp_path):
     assert code == 0, err
     rows = {r["rule"]: r for r in json.loads(plan_path.read_text())["safety"]}
     assert set(rows) == set(safety.BY_ID)
-    assert rows["vocab-gather"]["removed"] > 0 and rows["heads"]["removed"] > 0
+    assert rows["vocab-gather"]["removed"] == 0 and rows["heads"]["removed"] > 0  # a row lookup may split
     assert not any(r["plan_breaks"] or r["allowed"] for r in rows.values())
 
 
-def test_the_megatron_baseline_keeps_to_the_limits_the_search_keeps_to(run_cli, tmp_path):
+def test_the_megatron_baseline_keeps_a_tied_tables_vocab_split(run_cli, tmp_path):
     # a tied embedding is the LM head too: Megatron's column split of the head is a
-    # vocabulary split of the lookup (vocab-gather), so the baseline leaves it replicated
-    # and keeps the price as written beside it
+    # vocabulary split of the lookup, a row lookup tt-mlir partitions (vocab-gather allows
+    # it since 2026-12-05): the baseline is priced as written, nothing adjusted
     plan_path = tmp_path / "plan.json"
     code, _, err = run_cli(os.path.join(FIXTURES, "tied_llama.py"), "--layers", "2", "--mesh", "1x8", "--dtype",
                            "f32", "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
     mega = plan["baselines"]["megatron"]
-    assert mega["adjusted"] == [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather",
-                                 "was": [["model"], []]}]
-    assert not any(mega["arguments"].get("model.embed_tokens.weight") or [])
-    assert mega["as_written"]["total_us"] != mega["total_us"]
-    assert any("Megatron baseline keeps model.embed_tokens.weight" in n for n in plan["notes"])
+    assert "adjusted" not in mega and "breaks" not in mega and "as_written" not in mega
+    assert mega["arguments"]["model.embed_tokens.weight"] == [["model"], []]
     assert plan["cost"]["total_us"] <= mega["total_us"]
 
 
-def test_an_evaluated_spec_that_splits_the_vocabulary_is_flagged(run_cli, tmp_path):
+def test_an_evaluated_spec_that_splits_inside_a_head_is_flagged(run_cli, tmp_path):
+    # 8 KV heads on 8x4: k_proj split 32 ways gives a device a quarter of a head
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None]}))
+    spec.write_text(json.dumps({"model.layers.*.self_attn.k_proj.weight": [["batch", "model"], None]}))
     plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--evaluate", "--spec", spec,
                            "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
     assert code == 0, err
     plan = json.loads(plan_path.read_text())
-    assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["vocab-gather"]
-    assert any("vocab-gather" in n for n in plan["notes"])
-    assert plan["baselines"]["loader-spec"]["breaks"] == ["vocab-gather"]  # the plan is the spec, as written
+    assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["heads"]
+    assert any("heads" in n for n in plan["notes"])
+    assert "heads" in plan["baselines"]["loader-spec"]["breaks"]  # the plan is the spec, as written
+
+
+def test_a_row_lookup_may_split_its_vocabulary_another_gather_may_not():
+    from shard_opt.rules.vocab_gather import is_row_lookup
+
+    rows = "#stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 2>"
+    assert is_row_lookup(rows, "array<i64: 1, 256>", (1024, 256))
+    assert not is_row_lookup(rows, "array<i64: 1, 128>", (1024, 256))  # half a row
+    two = ("#stablehlo.gather<offset_dims = [1], collapsed_slice_dims = [0, 1], start_index_map = [0, 1], "
+           "index_vector_dim = 1>")
+    assert not is_row_lookup(two, "array<i64: 1, 1, 64>", (32, 32, 64))  # two start indices per lookup
 
 
 def test_an_unknown_rule_is_one_line(run_cli, tmp_path):
@@ -173,51 +182,54 @@ def test_a_hidden_split_embedding_shards_the_residual_stream(run_cli, tmp_path):
     assert not {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}["residual-stream"]
 
 
-TIED = os.path.join(FIXTURES, "tied_llama.py")
+HEAD_SPLIT = {"model.layers.*.self_attn.k_proj.weight": [["batch", "model"], None],
+              "model.layers.*.mlp.gate_proj.weight": ["model", None]}
 
 
-def _tied_plan(run_cli, tmp_path, *extra):
-    plan_path, report = tmp_path / "plan.json", tmp_path / "report.md"
-    code, _, err = run_cli(TIED, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--plan-json", plan_path,
-                           "--report", report, "-o", tmp_path / "out.mlir", "--quiet", *extra)
+def _spec_plan(run_cli, tmp_path, *extra):
+    spec, plan_path, report = tmp_path / "spec.json", tmp_path / "plan.json", tmp_path / "report.md"
+    spec.write_text(json.dumps(HEAD_SPLIT))
+    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--spec", spec, "--plan-json",
+                           plan_path, "--report", report, "-o", tmp_path / "out.mlir", "--quiet", *extra)
     assert code == 0, err
     return json.loads(plan_path.read_text()), report.read_text()
 
 
 def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
-    # the tied embedding is the LM head too: AutoShardingPass's heuristic splits it on its
-    # vocabulary (the gather's indexed dim, vocab-gather). Priced as written it would be a
-    # plan the search may not make; the baseline is priced with that split replicated, its
-    # figure as written and the rule beside it, and the report says so
-    plan, report = _tied_plan(run_cli, tmp_path)
-    auto = plan["baselines"]["one-axis-heuristic"]
-    assert auto["breaks"] == ["vocab-gather"]
-    assert auto["adjusted"] == [{"argument": "model.embed_tokens.weight", "rule": "vocab-gather",
-                                 "was": [["model"], []]}]
-    assert "model.embed_tokens.weight" not in auto["arguments"]  # what the figure prices: the split left out
-    assert auto["as_written"]["total_us"] != auto["total_us"]
-    assert {"ccl_count", "fits", "compute_us", "ccl_us"} <= set(auto["as_written"])
-    assert auto["candidates_evaluated"] > 0
-    # the same treatment as Megatron's; the replicated baseline breaks nothing
-    assert plan["baselines"]["megatron"]["breaks"] == ["vocab-gather"]
+    # a spec that splits k_proj 32 ways over 8 KV heads (a quarter of a head per device,
+    # the heads rule). Priced as written it would be a plan the search may not make; the
+    # baseline is priced with that split replicated, its figure as written and the rule
+    # beside it, and the report says so
+    plan, report = _spec_plan(run_cli, tmp_path)
+    base = plan["baselines"]["loader-spec"]
+    # (and tile-columns: a quarter of an 8-wide head is 2 columns per device, gathered)
+    assert base["breaks"] == ["heads", "tile-columns"]
+    assert [a["argument"] for a in base["adjusted"]] == ["model.layers.*.self_attn.k_proj.weight"]
+    assert {a["rule"] for a in base["adjusted"]} == {"heads"}
+    assert base["as_written"]["total_us"] != base["total_us"]
+    assert {"ccl_count", "fits", "compute_us", "ccl_us"} <= set(base["as_written"])
+    # what the figure prices: the heads split replicated, the rest of the spec as written
+    assert base["arguments"]["model.layers.*.mlp.gate_proj.weight"] == [["model"], []]
     assert "breaks" not in plan["baselines"]["replicated"] and "as_written" not in plan["baselines"]["replicated"]
-    assert any(n.startswith("the one-axis-heuristic baseline keeps model.embed_tokens.weight") for n in plan["notes"])
+    assert any(n.startswith("the loader-spec (the loader's own spec) baseline keeps model.layers.*.self_attn.k_proj")
+               for n in plan["notes"])
     # the report: the rule, both figures, never a silent comparison
-    para = next(ln for ln in report.splitlines() if ln.startswith("**⚠ Baseline `one-axis-heuristic`"))
-    assert "`vocab-gather`" in para and re.search(r"\[\d+\]", para)
-    assert f"{auto['as_written']['total_us']:.1f} us" in para and f"{auto['total_us']:.1f} us" in para
-    row = next(ln for ln in report.splitlines() if ln.startswith("| one-axis-heuristic"))
-    assert "breaks `vocab-gather` as written" in row and f"{auto['total_us']:.1f} us" in row
-    # --allow vocab-gather: the split is allowed, the baseline is its plan as written
-    free, report = _tied_plan(run_cli, tmp_path, "--allow", "vocab-gather")
-    auto_free = free["baselines"]["one-axis-heuristic"]
-    assert "breaks" not in auto_free and "as_written" not in auto_free
-    assert auto_free["total_us"] == auto["as_written"]["total_us"]
-    assert auto_free["arguments"]["model.embed_tokens.weight"] == [["model"], []]
+    para = next(ln for ln in report.splitlines() if ln.startswith("**⚠ Baseline `loader-spec`"))
+    assert "`heads`" in para and re.search(r"\[\d+\]", para)
+    assert f"{base['total_us']:.1f} us" in para
+    row = next(ln for ln in report.splitlines() if ln.startswith("| loader-spec"))
+    assert "`heads`" in row and "as written" in row and f"{base['total_us']:.1f} us" in row
+    # --allow heads: the split is allowed, the baseline is its plan as written
+    free, report = _spec_plan(run_cli, tmp_path, "--allow", "heads,tile-columns")
+    base_free = free["baselines"]["loader-spec"]
+    assert "breaks" not in base_free and "as_written" not in base_free
+    assert base_free["total_us"] == base["as_written"]["total_us"]
     assert "⚠ Baseline" not in report
 
 
-def test_a_loader_spec_that_breaks_a_rule_is_priced_within_it(run_cli, tmp_path):
+def test_a_loader_spec_that_splits_a_row_lookups_vocabulary_is_priced_as_written(run_cli, tmp_path):
+    # tt-mlir partitions a vocab-split row lookup (a masked lookup and an all_reduce) and
+    # its program computes the unsharded answer: the spec is priced as written
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None],
                                 "model.layers.*.mlp.gate_proj.weight": ["model", None]}))
@@ -225,12 +237,7 @@ def test_a_loader_spec_that_breaks_a_rule_is_priced_within_it(run_cli, tmp_path)
     code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--spec", spec,
                            "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
     assert code == 0, err
-    plan = json.loads(plan_path.read_text())
-    base = plan["baselines"]["loader-spec"]
-    assert base["breaks"] == ["vocab-gather"]
-    assert [a["argument"] for a in base["adjusted"]] == ["model.embed_tokens.weight"]
-    # what the figure prices: the vocabulary replicated, the rest of the spec as written
-    assert base["arguments"]["model.embed_tokens.weight"] == [[], []]
-    assert base["arguments"]["model.layers.*.mlp.gate_proj.weight"] == [["model"], []]
-    assert base["as_written"]["total_us"] != base["total_us"]
+    base = json.loads(plan_path.read_text())["baselines"]["loader-spec"]
+    assert "breaks" not in base and "adjusted" not in base
+    assert base["arguments"]["model.embed_tokens.weight"] == [["model"], []]
     assert base["source"] and base["unmatched"] == []

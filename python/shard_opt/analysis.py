@@ -133,6 +133,7 @@ class _Group:
         self.dtype = "f32"
         self.fidelity = None
         self.weights: list[int] = []  # parameter arguments it reads, in order (who it belongs to)
+        self.scores: tuple = ()  # local shape of its first dot_general's result (an attention's scores)
 
 
 def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return_ops: bool = False):
@@ -275,6 +276,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             routers.append(op)
         elif name == "stablehlo.reshape":
             walk.reshapes.append(op)
+        elif name == "stablehlo.dot_general":
+            walk.dots.append(op)
         _propagate_origin(operands, results, origin, weight_values)
         if name in _CACHE_WRITES and results and operands and operands[0] in cache_values and operands[0] in stored:
             # the KV cache with its new rows keeps the cache's storage (``cache=bfp8``):
@@ -315,6 +318,10 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 if o0 in tracked:
                     tracked.update(results)
             walk.collectives.add(name)
+            if name == "sdy.all_slice" and o0 not in weight_values:  # an activation sliced on device
+                walk.slices.append((tuple(local_of(o0)[0]), tuple(local_of(results[0])[0])))
+            elif name == "sdy.all_gather" and o0 not in weight_values:  # an activation gathered
+                walk.gathers.append((tuple(local_of(o0)[0]), tuple(local_of(results[0])[0])))
             pending.append((_collective(op, name, o0, results[0], index, local_of, shard, mesh, meshes,
                                         origin.get(o0, -1)), op))
             continue
@@ -328,6 +335,8 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
             if g is None:
                 g = groups[label] = _Group(label, index)
             g.flops += flops
+            if name == "stablehlo.dot_general" and not g.scores and outs:
+                g.scores = tuple(outs[0][0])
             for o in operands:
                 reads_group_value(o, g)
                 base = src.get(o, o)
@@ -377,7 +386,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
         kind = (kernels.CACHE_UPDATE.kind if name in _CACHE_WRITES and operands and operands[0] in cache_values
                 else _kind(op, name))  # the KV append of a decode step (costmodel kernel class)
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
-                                kind, fidelity))
+                                kind, fidelity, _kv_len(op, operands, name, kind, local_of)))
         op_weight.append(weight)
         peak = bytes_in - wbytes + bytes_out
         if peak > facts.peak_activation_bytes:
@@ -387,13 +396,15 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     # after the walk, when every value's sharding and weight-ness is known
     walk.weight_values, walk.shard, walk.mesh = weight_values, shard, mesh
     facts.violations = rules.violations(walk)
+    facts.unpriced = tuple(v for v in facts.violations if v in rules.REPORTED)
     if routers:
         _route_experts(facts, routers, op_weight, args, local_of)
     for label, g in groups.items():
         bytes_in = sum(g.reads.values())
         bytes_out = sum(g.exits.values())
+        kv_len = g.scores[-1] if g.kind == "sdpa" and g.scores else 0  # scores [.., Sq, Sk]
         facts.ops.append(OpWork(f"fused.{g.kind}", g.flops, bytes_in, bytes_out, g.weight_bytes, g.dtype, g.first,
-                                kind=g.kind, fidelity=g.fidelity))
+                                kind=g.kind, fidelity=g.fidelity, kv_len=kv_len))
         facts.peak_activation_bytes = max(facts.peak_activation_bytes, bytes_in - g.weight_bytes + bytes_out)
     if groups:
         facts.ops.sort(key=lambda o: o.op_index)
@@ -561,6 +572,15 @@ def _kind(op, name: str) -> str:
     if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS:
         return kernels.SDPA.kind
     return kernels.GATHER.kind if name == "stablehlo.gather" else ""
+
+
+def _kv_len(op, operands, name: str, kind: str, local_of) -> int:
+    """The keys per (user, head) on one device of tt-xla's SDPA composite (``k [B, Hkv, Sk,
+    D]``: the cache positions a decode step walks), else 0."""
+    if kind != "sdpa" or name != "stablehlo.custom_call" or len(operands) < 2:
+        return 0
+    k = local_of(operands[1])[0]
+    return k[-2] if len(k) >= 2 else 0
 
 
 def _target(op) -> str:

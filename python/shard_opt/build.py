@@ -117,13 +117,16 @@ def tt_mlir_check(chk) -> dict:
 
 
 def build_pipeline_plan(plans: list[Plan], slowest: str, *, why: str | None = None, choice: dict | None = None,
-                        failed: list[str] | None = None) -> PipelinePlan:
+                        failed: list[str] | None = None, serving: dict | None = None) -> PipelinePlan:
     """The plan of several models on one mesh: each model's (``build_plan``), the mesh,
     the slowest model and why the mesh was chosen (``--devices``); ``failed``: the models
-    whose numerics failed (``--verify-numerics``; None: not checked)."""
+    whose numerics failed (``--verify-numerics``; None: not checked). ``serving``: a
+    ``--serve`` run's deployment (``serve.Deployment.record``); its plans are
+    [prefill, decode] and its mesh is the decode plan's."""
     numerics = {"passed": not failed, "failed": list(failed)} if failed is not None else None
-    return PipelinePlan(pipeline=plans, mesh=plans[0].mesh, slowest=slowest, notes=[why] if why else None,
-                        mesh_choice=choice, numerics=numerics)
+    mesh = plans[-1].mesh if serving is not None else plans[0].mesh
+    return PipelinePlan(pipeline=plans, mesh=mesh, slowest=slowest, notes=[why] if why else None,
+                        mesh_choice=choice, numerics=numerics, serving=serving)
 
 
 def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> Plan:

@@ -211,13 +211,16 @@ def make_groups(
 
 
 def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str],
-                arguments: list[Argument] | None = None) -> list[Group]:
+                arguments: list[Argument] | None = None, *, allow: frozenset = frozenset(),
+                removed: dict | None = None) -> list[Group]:
     """One group per constraint site (``passes/apply_constraints.py``): the reshapes that
     split features into heads. Option 0 is *no constraint* (Shardy decides); the others
     split one dim of the reshape's result on one mesh axis, for the dims ``parallelism``
-    allows (``site_dims``). ``arguments`` give the module's argument kinds; without them
-    they are read from the module (``shard_opt.kind``, else the argument names, as the
-    ``.mlir`` frontend reads them)."""
+    allows (``site_dims``) and the compiler-safety rules not in ``allow`` leave
+    (``safety.site_limits``: a token dim split below whole 32-row tiles); ``removed``
+    counts the dropped options per rule. ``arguments`` give the module's argument kinds;
+    without them they are read from the module (``shard_opt.kind``, else the argument
+    names, as the ``.mlir`` frontend reads them)."""
     from shard_opt import ir
     from shard_opt.passes.apply_constraints import find_sites
 
@@ -231,7 +234,16 @@ def site_groups(module_text: str, meshes: list[Mesh], parallelism: set[str],
     groups = []
     for site, shape in sites.items():
         dims = allowed_dims(classes.get(site), parallelism)
-        opts = [TensorSharding.replicated(len(shape)), *one_axis_splits(shape, dims, axes, meshes)]
+        limit = safety.site_limits(shape, classes.get(site) or [], allow)
+        splits = []
+        for o in one_axis_splits(shape, dims, axes, meshes):
+            broken = {safety.site_allowed(o, limit, m) for m in meshes} - {None}
+            for rule in broken:
+                if removed is not None:
+                    removed[rule] = removed.get(rule, 0) + 1
+            if not broken:
+                splits.append(o)
+        opts = [TensorSharding.replicated(len(shape)), *splits]
         if len(opts) > 1:
             groups.append(Group(site, (), tuple(shape), "intermediate", tuple(opts), by="site"))
     return groups

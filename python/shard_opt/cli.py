@@ -32,6 +32,7 @@ from shard_opt.errors import PassError, UserError  # noqa: E402
 
 STANDARD_MESHES = {  # references/tenstorrent.md section 1 (tt-xla skill's mesh_shapes.md)
     1: ["1x1"], 2: ["1x2"], 4: ["1x4", "2x2"], 8: ["2x4", "1x8"], 32: ["8x4", "4x8"],
+    64: ["8x8"], 128: ["8x16"],  # two and four Galaxies (tt-xla torch_multichip_utils.py; references/serving.md)
 }
 
 LONG_FLAGS = (
@@ -39,7 +40,7 @@ LONG_FLAGS = (
     "evaluate", "verify-numerics", "layers", "parallelism", "batch", "seq-len", "phase", "dtype",
     "cost-model", "describe", "in-place", "pass-pipeline", "list-passes", "list-systems",
     "mlir-print-ir-after-all", "split-input-file", "allow-collective-permute", "quiet", "propagation",
-    "weight-dtype", "no-cache", "spec", "allow", "no-check",
+    "weight-dtype", "no-cache", "spec", "allow", "no-check", "serve",
 )
 CHECK_ENV = "SHARD_OPT_CHECK"  # "0"/"off": no tt-mlir check unless asked (the test suites set it)
 
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "plugin, offline; default on when jax-tt-plugin is installed; SHARD_OPT_CHECK=0 "
                         "turns it off by default)")
     p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)  # on even under SHARD_OPT_CHECK=0
+    p.add_argument("--serve", metavar="isl=I,osl=O[,users=U,...]",
+                   help="plan the deployment on --devices N: data-parallel replicas, prefill and decode "
+                        "(colocated or on separate sub-meshes), users that fit, TTFT/TPOT and tokens/s "
+                        "(users=0: as many as fit; limits ttft_ms=, tpot_ms=; max_batch=)")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     p.add_argument("--no-cache", action="store_true",
                    help="do not read or write the lowering cache for this run (default: $SHARD_OPT_CACHE, "
@@ -294,6 +299,8 @@ def _run_parsed(ns) -> int:
             raise UserError(f"--{flag.replace('_', '-')} {v}: must be at least 1")
     if ns.devices and meshes:
         raise UserError("give either --mesh or --devices, not both")
+    if ns.serve is not None:
+        return _serve(ns, axes, parallelism, weights, allow)
     if ns.devices and ns.devices not in STANDARD_MESHES:
         raise UserError(f"--devices {ns.devices}: standard systems have {', '.join(map(str, STANDARD_MESHES))} chips; "
                         f"pass one of those, or --mesh RxC")
@@ -403,6 +410,98 @@ def _run_parsed(ns) -> int:
     return 0
 
 
+SERVE_KEYS = ["prefill", "decode"]  # a --serve run's per-phase output names (as a pipeline's models)
+
+
+def _serve(ns, axes, parallelism, weights, allow) -> int:
+    """``--serve``: plan the deployment (``shard_opt.serve``). Outputs are a pipeline's, one
+    per phase (``pipe.prefill.mlir``, ``pipe.decode.mlir``); the plan JSON holds both plans
+    and the ``serving`` record; the report opens with the deployment and its frontier chart;
+    ``--emit-torch`` writes the replica's script (one colocated, one per phase disaggregated)."""
+    with timing.phase("import"):
+        from shard_opt.serve import Profile, Request, deploy
+
+    profile = Profile.parse(ns.serve)
+    if len(ns.inputs) != 1:
+        raise UserError(f"--serve plans one model; {len(ns.inputs)} INPUTs given: pass one")
+    given = [f for f, v in (("--mesh", ns.mesh), ("--phase", ns.phase != "prefill"), ("--batch", ns.batch),
+                            ("--seq-len", ns.seq_len), ("--evaluate", ns.evaluate),
+                            ("--verify-numerics", ns.verify_numerics), ("--pass-pipeline", ns.pass_pipeline),
+                            ("--describe", ns.describe)) if v]
+    if given:
+        raise UserError(f"--serve chooses the meshes, phases, batch and lengths itself: drop {', '.join(given)}")
+    if not ns.devices:
+        raise UserError("--serve needs --devices N: the chips to deploy on (e.g. --devices 32)")
+    source = ns.inputs[0]
+    if not (source.startswith("zoo:") or source.endswith(".py")):
+        raise UserError(f"{source}: --serve needs a causal language model it can lower for prefill and decode: "
+                        f"a zoo:NAME or a PyTorch load script .py")
+    if ns.emit_torch and not source.endswith(".py"):
+        raise UserError(f"--emit-torch needs a PyTorch load script input; {_input_name(source)} is a zoo input "
+                        f"(for zoo models the annotated modules are the deliverable: use -o)")
+    _check_outputs(ns, SERVE_KEYS)
+    for path in ([ns.emit_torch] if ns.emit_torch else []) + (
+            [_frontier_path(ns.report)] if ns.report and ns.report != "-" else []):
+        _check_writable(path)
+        if path == ns.emit_torch and not ns.in_place and _same_file(path, source):
+            raise UserError(f"--emit-torch {path} would overwrite the input script; add --in-place to allow it")
+    from shard_opt.driver import Options
+
+    opts = Options(cost_model=ns.cost_model, parallelism=parallelism,
+                   allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
+                   propagation=ns.propagation, weights=weights, allow=frozenset(allow), check=_check_wanted(ns))
+    req = Request(source=source, devices=ns.devices, system=ns.system, profile=profile, options=opts, axes=axes,
+                  layers=ns.layers, dtype=ns.dtype, spec=ns.spec, quiet=ns.quiet)
+    with timing.phase("optimize"):
+        dep = deploy(req)
+    from shard_opt.build import build_pipeline_plan
+
+    outcomes = [dep.prefill, dep.decode]
+    plans = [o.plan for o in outcomes]
+    plan = build_pipeline_plan(plans, plans[1].model, serving=dep.record)
+    if dep.config.mode == "colocated":  # one copy of the weights serves both phases: one script
+        torch_files = [((dep.decode, plans[1]), ns.emit_torch)] if ns.emit_torch else []
+    else:
+        torch_files = [((o, p), per_model_path(ns.emit_torch, k)) for o, p, k in zip(outcomes, plans, SERVE_KEYS)] \
+            if ns.emit_torch else []
+    with timing.phase("emit"):
+        _emit_outputs(ns, outcomes, plans, plan, None, keys=SERVE_KEYS, torch_files=torch_files)
+    if not ns.quiet:
+        for p in plans:
+            sys.stderr.write(summary_line(p) + "\n")
+        sys.stderr.write(serve_line(dep.record) + "\n")
+        line = cache_line([source.startswith("zoo:") and "zoo" or "pytorch"])
+        if line:
+            sys.stderr.write(line + "\n")
+    undeliverable = _not_deliverable(plans)
+    if undeliverable:  # exit 4, as any plan: the tt-mlir check found no plan of a phase it compiles and computes right
+        what = "; ".join(f"{k} ({p.model}): {v.words()}" for (p, v), k in
+                         ((x, SERVE_KEYS[plans.index(x[0])]) for x in undeliverable))
+        sys.stderr.write(f"shard-opt: error: tt-mlir: no deliverable plan: {what}; outputs written, marked NOT "
+                         f"DELIVERABLE (plan checks.tt_mlir.verdict.deliverable false)\n")
+        return 4
+    return 0
+
+
+def serve_line(r: dict) -> str:
+    """One line: the deployment chosen and the runner-up it beat."""
+    key = r["objective"]
+    mode = r["mode"]
+    where = (f"{r['replicas']}x {r['replica_mesh']}" if mode == "colocated" else
+             f"{r['replicas']}x {r['replica_mesh']} (prefill {r['prefill']['mesh']} | decode {r['decode']['mesh']})")
+    line = (f"shard-opt: serve: {r['devices']} chips ({r['system']}): {mode} {where}, {r['users']} users "
+            f"({r['users_per_replica']} per replica, up to {r['max_users']} fit); TTFT {r['ttft_ms']:.2f} ms, "
+            f"TPOT {r['tpot_ms']:.2f} ms, {r['tokens_per_s_per_user']:.2f} t/s/u, {r['tokens_per_s']:.1f} t/s "
+            f"(each phase alone: TTFT {r['prefill']['ttft_ms']:.2f} ms, TPOT {r['decode']['tpot_ms']:.2f} ms)")
+    rivals = sorted((c for c in r["configurations"] if not c.get("chosen") and c.get("vs_chosen")),
+                    key=lambda c: -c["vs_chosen"])
+    if rivals:
+        c = rivals[0]
+        line += (f"; next best {c['mode']} {c['replicas']}x {c['replica_mesh']} at {c['vs_chosen']:.3f}x "
+                 f"the {key.replace('tokens_per_s_per_user', 't/s/u').replace('tokens_per_s', 't/s')}")
+    return line
+
+
 def _not_deliverable(plans) -> list:
     """(plan, verdict) of each model whose tt-mlir check found nothing deliverable."""
     from shard_opt.verdict import of as verdict_of
@@ -488,6 +587,11 @@ def _chart_path(report: str) -> str:
     return os.path.splitext(report)[0] + "_ccl.png"
 
 
+def _frontier_path(report: str) -> str:
+    """A --serve report's frontier chart: ``R.md`` -> ``R_frontier.png``."""
+    return os.path.splitext(report)[0] + "_frontier.png"
+
+
 def _output_paths(ns, names: list[str]) -> list[str]:
     """Every file the run will write (not stdout). One model: each flag's path (and the
     report's chart). A pipeline: the plan JSON and the report as given, holding every
@@ -537,16 +641,19 @@ def _marked(text: str, plan) -> str:
     return head + text
 
 
-def _emit_outputs(ns, outcomes, plans, plan_json, main_text) -> None:
+def _emit_outputs(ns, outcomes, plans, plan_json, main_text, keys=None, torch_files=None) -> None:
     """Every deliverable the flags ask for, written all or none (``_write_all``). A pipeline
     (several outcomes) writes each model's module, script and lit test to its own file
-    (``per_model_path``); the plan JSON and the report hold every model."""
+    (``per_model_path``); the plan JSON and the report hold every model. ``keys``: the
+    models' names in file names (default ``file_keys``); ``torch_files``: the scripts to
+    write, ((outcome, plan), path), instead of one per model (``--serve``)."""
     out = sys.stdout
     files: list[tuple[str, str | bytes]] = []
     from shard_opt.plan import dumps
 
     pipeline = len(outcomes) > 1
-    keys = file_keys([o.model.name for o in outcomes]) if pipeline else [None]
+    serving_run = getattr(plan_json, "serving", None) is not None
+    keys = keys or (file_keys([o.model.name for o in outcomes]) if pipeline else [None])
 
     def each(path: str):
         for o, p, key in zip(outcomes, plans, keys):
@@ -559,10 +666,18 @@ def _emit_outputs(ns, outcomes, plans, plan_json, main_text) -> None:
 
         charts = list(each(_chart_path(ns.report))) if ns.report != "-" else []
         pngs = [os.path.basename(png) for _, png in charts]
-        files.append((ns.report, render_report(plan_json, png_path=(pngs if pipeline else pngs[0]) if pngs else None)))
+        serving = getattr(plan_json, "serving", None)
+        frontier = _frontier_path(ns.report) if serving and ns.report != "-" else None
+        files.append((ns.report, render_report(plan_json, png_path=(pngs if pipeline else pngs[0]) if pngs else None,
+                                               frontier_png=os.path.basename(frontier) if frontier else None)))
         files += [(png, _chart_bytes(write_ccl_chart, p)) for (_, p), png in charts]
+        if frontier:
+            from shard_opt.emit.report import write_frontier_chart
+
+            files.append((frontier, _chart_bytes(write_frontier_chart, plan_json)))
     if ns.emit_torch:
-        files += [(path, _emit_torch(o, p)) for (o, p), path in each(ns.emit_torch)]
+        files += [(path, _emit_torch(o, p)) for (o, p), path in (torch_files if torch_files is not None
+                                                                  else each(ns.emit_torch))]
     if ns.emit_lit_test:
         from shard_opt.emit.lit_test import emit_lit_test
 
@@ -570,7 +685,8 @@ def _emit_outputs(ns, outcomes, plans, plan_json, main_text) -> None:
         files += [(path, _marked(emit_lit_test(o.annotated_text, p, run_args=run_args), p))
                   for (o, p), path in each(ns.emit_lit_test)]
     modules = [_marked(main_text, plans[0])] if not pipeline else [
-        _marked(f"// shard-opt: model {o.model.name}\n{o.annotated_text}", p) for o, p in zip(outcomes, plans)]
+        _marked(f"// shard-opt: model {o.model.name}{f' ({k})' if serving_run else ''}\n{o.annotated_text}", p)
+        for o, p, k in zip(outcomes, plans, keys)]
     if ns.output:
         files += [(path, text) for (_, path), text in zip(each(ns.output), modules)]
     for data in [d for p, d in files if p == "-"]:

@@ -56,6 +56,7 @@ class Options:
     progress: bool = True
     baselines: bool = True
     check: bool = False  # compile the finalists and baselines with tt-mlir (shard_opt.ttmlir.check)
+    screen: bool = False  # stop after the search: a ``Screened``, no whole-model work (shard_opt.serve)
     stream: object = None
 
     def setting(self) -> dict:
@@ -77,6 +78,21 @@ class Outcome:
     @functools.cached_property
     def plan(self) -> Plan:
         return build_plan(self.parts)
+
+
+@dataclass
+class Screened:
+    """What ``optimize`` found when stopped after its search (``Options.screen``): the plan
+    (``groups``, ``assignment``) and its ``score`` from the ``scorer`` (a deep model's
+    figure extrapolated from its 1- and 2-layer copies, as the search ranks), before any
+    whole-model evaluation, baseline or check."""
+
+    model: LoweredModel
+    scorer: object
+    groups: list
+    assignment: tuple
+    score: Score
+    fallback: str | None = None
 
 
 def resolve_system(mesh: Mesh, name: str | None):
@@ -145,7 +161,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     with timing.phase("search"):
         t0 = time.monotonic()
         short = layer_copy(model)  # the sites of a layer are every layer's
-        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments)
+        sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments, allow=opts.allow,
+                            removed=removed)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
                         scorer=scorer, progress=progress, seeds=seeds, sites=sites)
         seconds = time.monotonic() - t0
@@ -186,6 +203,8 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
                 stream.write(f"shard-opt: WARNING: memory fallback: {fallback}\n")
             assignment, score = alt, alt_score
 
+    if opts.screen:  # --serve's screening of a configuration (shard_opt.serve): the search's own figure
+        return Screened(model, scorer, groups, assignment, score, fallback)
     if pending is not None and model is not pending.resolve():
         # the search read the short copies alone (its limits and sites too: lowered.layer_copy);
         # what follows reads the whole module: the real model from here on

@@ -71,8 +71,8 @@ class Score:
     @staticmethod
     def of(cost: Cost, facts: ModuleFacts, allow: frozenset[str] = frozenset()) -> "Score":
         """A module's score; a plan that breaks a safety rule the user did not allow scores
-        infinite (its times stay, for the report)."""
-        unsafe = tuple(sorted(set(facts.violations) - set(allow)))
+        infinite (its times stay, for the report); a rule that only reports does not."""
+        unsafe = tuple(sorted(set(facts.violations) - set(allow) - set(facts.unpriced)))
         return Score(
             math.inf if unsafe else cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
             sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits, unsafe,

@@ -187,8 +187,8 @@ def explain_evaluated(model: LoweredModel, mesh: Mesh, final, opts, structure, s
                 "not_dividing": user.not_dividing}
         if user.activations:
             spec["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
-        if broken - set(opts.allow):  # the plan is the spec: it breaks them as written (the notes say how)
-            spec["breaks"] = sorted(broken - set(opts.allow))
+        if broken - set(opts.allow) - safety.REPORTED:  # the plan is the spec: it breaks them as written
+            spec["breaks"] = sorted(broken - set(opts.allow) - safety.REPORTED)
         baselines = {"loader-spec": spec}
         if user.mesh and list(user.mesh) != list(mesh.shape):
             notes.append(f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; "

@@ -35,7 +35,7 @@ import zlib
 
 from shard_opt.frontends.cache import FACTS_SUBDIR as SUBDIR, FACTS_SUFFIX as SUFFIX  # noqa: F401 (its layout)
 
-VERSION = 1
+VERSION = 2  # 2: ModuleFacts.unpriced
 
 
 def directory() -> str | None:

@@ -91,6 +91,8 @@ class OpWork:
         ``cache_update``, or ``""`` for any other op.
       fidelity: the storage type of the block-float weight it reads (``bfp8``,
         ``bfp4``), which sets a matmul's math fidelity; None for plain weights.
+      kv_len: an attention's keys per (user, head) on one device (the ``Sk`` of its
+        scores: the KV-cache positions a decode step reads); 0 where not read.
     """
 
     name: str
@@ -102,6 +104,7 @@ class OpWork:
     op_index: int = 0
     kind: str = ""
     fidelity: str | None = None
+    kv_len: int = 0
 
 
 @dataclass
@@ -120,6 +123,8 @@ class ModuleFacts:
         (the largest sum of one op's operands and results).
       violations: the ids of the compiler-safety rules (``shard_opt.rules``) the module
         breaks, each once (``residual-stream``, ``collective-permute``, ...).
+      unpriced: those of ``violations`` whose rule only reports (action ``report``): said
+        in the report, never priced infinite.
       routed_experts: for a mixture of experts, its router's E, k and tokens per device
         and the share of expert weights read: their ops are priced as routed.
     """
@@ -134,6 +139,7 @@ class ModuleFacts:
     arg_local_elements: list[int] = field(default_factory=list)
     peak_activation_bytes: int = 0
     violations: list[str] = field(default_factory=list)
+    unpriced: tuple[str, ...] = ()
     routed_experts: dict | None = None  # a mixture of experts priced as routed (analysis._route_experts)
 
     @property

@@ -364,7 +364,9 @@ class Plan(_ByKey):
 @dataclass(frozen=True)
 class PipelinePlan(_ByKey):
     """The plan of several models on one mesh (``shard-opt A B C``): each model's ``Plan``,
-    the shared mesh, the slowest model (which chose the mesh) and why it was chosen."""
+    the shared mesh, the slowest model (which chose the mesh) and why it was chosen. A
+    ``--serve`` run's plan is one too: its two phases' plans (prefill, decode), the decode
+    mesh, and the deployment in ``serving``."""
 
     pipeline: list[Plan]
     mesh: MeshRecord
@@ -372,6 +374,7 @@ class PipelinePlan(_ByKey):
     notes: list[str] | None = None
     mesh_choice: dict | None = None
     numerics: dict | None = None  # --verify-numerics: passed, and the models that failed
+    serving: dict | None = None  # --serve: the deployment (pipeline = [prefill plan, decode plan]; docs/plan.md)
 
     REQUIRED: ClassVar[tuple[str, ...]] = ("pipeline", "mesh", "slowest")
 
@@ -384,7 +387,7 @@ class PipelinePlan(_ByKey):
         subs = [{k: v for k, v in p.to_json().items() if k != "schema_version"} for p in self.pipeline]
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "pipeline": subs,
                                "mesh": thaw(self.mesh), "slowest": self.slowest}
-        for k in ("notes", "mesh_choice", "numerics"):
+        for k in ("notes", "mesh_choice", "numerics", "serving"):
             if getattr(self, k) is not None:
                 out[k] = thaw(getattr(self, k))
         return out

@@ -9,7 +9,10 @@ How a rule acts (its ``action``, the report's column):
 - ``inf``: a plan that does it is priced infinite (found in the propagated module:
   ``shard_opt.analysis`` records ``ModuleFacts.violations``);
 - ``guard``: the plan pays for the safe form (a gather before a slice, a replicated
-  anchor before a constraint), priced as such.
+  anchor before a constraint), priced as such;
+- ``report``: found in the propagated module and said (``plan_breaks``, a note), never
+  priced infinite (``one-axis-contraction``: what tt-mlir emits is what the plan pays for,
+  and whether it computes right is the tt-mlir numerics check's verdict).
 
 The search and the report both read the rules: the plan JSON's ``safety`` lists each
 rule, what it removed and whether the user allowed it.
@@ -20,7 +23,7 @@ from __future__ import annotations
 import math
 
 from shard_opt.errors import UserError
-from shard_opt.rules import BY_ID, RULES, Rule  # noqa: F401  (the driver's names for them)
+from shard_opt.rules import BY_ID, REPORTED, RULES, Rule  # noqa: F401  (the driver's names for them)
 
 
 def parse_allow(text: str | None) -> frozenset[str]:
@@ -48,6 +51,27 @@ def limits(model, structure, allow: frozenset[str] = frozenset()) -> dict[tuple[
                     both = math.gcd(units, out[x][0])
                     out[x] = (both, rule.id if units == both < out[x][0] else out[x][1])
     return out
+
+
+def site_limits(shape, classes, allow: frozenset[str] = frozenset()) -> dict[int, tuple[int, str]]:
+    """dim -> (units, rule) of a constraint site (a reshape's result of ``shape``, each dim's
+    argument-dim classes): as ``limits`` for an argument, by the rules not allowed."""
+    out: dict[int, tuple[int, str]] = {}
+    for rule in RULES:
+        if rule.id not in allow:
+            for d, units in rule.site_excludes(shape, classes).items():
+                if d not in out or units < out[d][0]:
+                    out[d] = (math.gcd(units, out[d][0]) if d in out else units, rule.id)
+    return out
+
+
+def site_allowed(option, limit: dict, mesh) -> str | None:
+    """The rule a constraint ``option`` (a TensorSharding of a site) breaks, or None."""
+    for d in range(option.rank):
+        got = limit.get(d)
+        if option.dims[d] and got is not None and got[0] % option.split_factor(d, mesh):
+            return got[1]
+    return None
 
 
 def allowed(option, arg, limit: dict, mesh) -> str | None:

@@ -88,7 +88,8 @@ class Mesh:
             shapes = " ".join(f"{r}x{c}" for r, c in TT_MLIR_SUPPORTED_MESHES)
             raise UserError(
                 f"mesh {self.spec} is not one tt-mlir accepts (tt-mlir issue 4668, "
-                f"'Mesh is not valid'); choose one of: {shapes}"
+                f"'Mesh is not valid'); choose one of: {shapes} (tt-mlir's SupportedMeshes, "
+                f"include/ttmlir/Dialect/StableHLO/Utils/ShardingUtils.h)"
             )
 
     def __str__(self) -> str:

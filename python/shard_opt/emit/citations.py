@@ -102,9 +102,28 @@ CLAIMS: dict[str, Claim] = {
                                         r"residual"),
     "fused-split-miscompile": Claim("split / chunk across a sharded fused dim miscompiles", r"split|chunk|fused"),
     "kv-heads-replicated": Claim("layers with 1-2 KV heads cannot be head-sharded", r"KV|K/V"),
+    "tile-aligned-shards": Claim("a sequence-parallel split must leave whole 32-row tiles on each device",
+                                 r"tile|32"),
+    "tile-columns": Claim("a tensor's last dim crosses devices only in whole 32-wide tiles per device",
+                          r"tile|32"),
+    "tiled-vocab-head-hang": Claim("GPT-OSS-20B hangs with its lm_head split on vocab", r"GPT-OSS|lm_head|vocab"),
+    "mixed-axis-contraction": Claim("a contraction whose operands are split on different mesh axes lowers to "
+                                    "collective_permute or loses accuracy; the bring-ups keep each contraction "
+                                    "on one axis", r"axis|axes"),
     "ccl-sum-only": Claim("CCL reductions are Sum only", r"sum"),
     "zero-stages": Claim("ZeRO memory per stage", r"ZeRO"),
     "torch-xla-spmd": Claim("the tt-xla PyTorch SPMD set-up", r"SPMD|mark_sharding"),
+    # Serving (--serve)
+    "serving-columns": Claim("tt-inference-server reports a deployment by ISL, OSL, concurrency, TTFT, TPOT, "
+                             "tokens/s/user and tokens/s", r"tt-inference-server"),
+    "kv-per-token": Claim("KV bytes per token = 2 x layers x KV heads x head_dim x bytes; per chip divided by "
+                          "min(TP, KV heads)", r"KV"),
+    "sharded-topk": Claim("vocab-split logits sampled with the tenstorrent.topk composite instead of an "
+                          "all_gather of the vocabulary", r"top-?k"),
+    "disaggregated-prefill": Claim("prefill on its own mesh, the KV cache handed to decode in a stated layout",
+                                   r"prefill"),
+    "multi-host-links": Claim("links per edge of multi-Galaxy meshes (tt-metal mesh graph descriptors)",
+                              r"link|channel"),
 }
 
 _LIMITS = "compiler-limitation"
@@ -318,6 +337,59 @@ CITATIONS: dict[str, Source] = {
         "tt-forge-models Gemma 4 loader (KV heads)",
         "layers with 1-2 KV heads cannot be head-sharded: K/V stay replicated",
         "kv-heads-replicated", _LIMITS),
+    # Read with the search tool, not (yet) in the reference notes: VERIFIED_ELSEWHERE.
+    "tt_xla_5309": _src(
+        "tt-xla PR 5309 (Wan 2.2 sequence-parallel DiT)",
+        "when the token length over the sequence-parallel axis is not a multiple of the 32x32 tile, "
+        "ttnn.mesh_partition slices with a tile-unaligned begin and stops: TT_FATAL \"Can only slice "
+        "tilized tensor with height begin index aligned to tiles\"; fixed by padding the length to a "
+        "multiple of SP*32",
+        "tile-aligned-shards", _LIMITS),
+    "tt_metal_tile_width": _src(
+        "tt-metal TTNN all_gather and slice on tiled tensors",
+        "tests/ttnn/unit_tests/operations/ccl/test_all_gather.py is_unsupported_case: a gather on the last "
+        "dim whose per-device size is not a multiple of 32 is an \"Unsupported test case\"; "
+        "slice_device_operation.cpp: TT_FATAL \"Can only slice tilized tensor with width begin index aligned "
+        "to tiles\" (output_tensor_shape[-1] % TILE_WIDTH == 0)",
+        "tile-columns", _LIMITS),
+    "tt_xla_3484": _src(
+        "tt-xla issue 3484 (GPT-OSS-20B lm_head)",
+        "GPT-OSS-20B hangs with 2-D shard specs when lm_head is split (\"model\", \"batch\"); 120B does not; "
+        "the tt-forge-models 20B loader keeps lm_head replicated since",
+        "tiled-vocab-head-hang", _LIMITS),
+    "tt_forge_models_one_axis": _src(
+        "tt-forge-models PRs 857, 775, 847, 853 (one mesh axis per contraction)",
+        "bring-ups moved from 2-D alternating specs to specs whose collectives stay on one mesh axis: a "
+        "contraction whose operands are split on different axes lowers to sdy.collective_permute or loses "
+        "accuracy (Lumina PCC 0.093 -> 0.93 with every collective on one axis)",
+        "mixed-axis-contraction", _LIMITS),
+    # Serving (serving.md).
+    "tt_inference_server": _src(
+        "tt-inference-server model specs and benchmarks",
+        "tenstorrent/tt-inference-server workflows/model_specs/prod/llm.yaml (max_concurrency, max_context, "
+        "data_parallel_size, MESH_DEVICE per model and device); benchmarks over an ISL / OSL / concurrency grid "
+        "reporting TTFT, TPOT, tokens/s/user and total tokens/s",
+        "serving-columns"),
+    "kv_cache_sizing": _src(
+        "KV cache per token (tt-xla PRs 5731, 5872)",
+        "KV bytes per token = 2 x layers x KV heads x head_dim x bytes per element; per chip divided by "
+        "min(TP, KV heads); vLLM sized the cache as if unsharded until tt-xla PR 5731",
+        "kv-per-token"),
+    "tt_xla_5004": _src(
+        "tt-xla PR 5004 (sharded top-k sampling)",
+        "vocab-sharded logits sampled with the tenstorrent.topk composite (tt-mlir PR 8601) replace the "
+        "~128k-vocab all_gather of every decode step",
+        "sharded-topk"),
+    "tt_metal_disaggregation": _src(
+        "tt-metal disaggregated prefill (tt-metal PR 42568, PR 52292)",
+        "prefill on its own mesh with a KV layout contract toward decode (K heads then V heads, one head per "
+        "TP column); a shared prefill engine in models/demos/common/prefill",
+        "disaggregated-prefill"),
+    "tt_metal_mesh_graphs": _src(
+        "tt-metal mesh graph descriptors",
+        "tt_metal/fabric/mesh_graph_descriptors/: 4 channels inside one WH Galaxy; 1 on the WH dual (8x8) and "
+        "quad (8x16) meshes; 2 on the 16x8 ring-by-ring",
+        "multi-host-links"),
 }
 
 # key -> a phrase the reference notes contain (a test keeps citations honest).
@@ -359,6 +431,29 @@ EVIDENCE: dict[str, str] = {
     "expert_residual_stream": "PCC ~0.37",
     "expert_fused_split": "miscompiles under Shardy",
     "expert_kv_heads": "Gemma 4 loader",
+    "tt_inference_server": "workflows/model_specs/prod/llm.yaml",
+    "kv_cache_sizing": "min(TP, KV heads)",
+    "tt_xla_5004": "tt-xla PR 5004",
+    "tt_metal_disaggregation": "PR 42568",
+    "tt_metal_mesh_graphs": "mesh_graph_descriptors",
+}
+
+# key -> where a source not (yet) in the reference notes was read, and a phrase of it: the
+# rest of the table restates the notes (EVIDENCE); these were read with the search tool and
+# carry their address and the date they were read. Each key is in exactly one of the two.
+VERIFIED_ELSEWHERE: dict[str, str] = {
+    "tt_xla_5309": "https://github.com/tenstorrent/tt-xla/pull/5309 (merged 2026-06-22; read 2026-12-05): "
+                   "\"Pad the post-patchify sequence length to a multiple of SP*32 so every SP shard is a whole "
+                   "number of tiles\"",
+    "tt_metal_tile_width": "https://github.com/tenstorrent/tt-metal/blob/main/tests/ttnn/unit_tests/operations/"
+                           "ccl/test_all_gather.py (read 2026-12-05): is_unsupported_case, \"dim == 3 and "
+                           "input_shape[dim] // num_devices % 32 != 0\" -> \"Unsupported test case\"",
+    "tt_xla_3484": "https://github.com/tenstorrent/tt-xla/issues/3484 (open; read 2026-12-05): \"GPT-OSS-20B Hang "
+                   "during lm_head sharding with 2d shard specs\"",
+    "tt_forge_models_one_axis": "https://github.com/tenstorrent/tt-forge-models/pull/857 (merged; read 2026-12-05): "
+                                "\"the sharded output fails with a PCC drop of 0.093 ... Every contraction dim now "
+                                "stays on one axis\"; /780 (the collective_permute error); /775, /847, /853 as issue "
+                                "32 cites them (not read)",
 }
 
 

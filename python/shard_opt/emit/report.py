@@ -1524,11 +1524,190 @@ def _render_one(plan: Plan, png_path: str | None, cite: Citer) -> str:
     return "\n".join(lines + appendix).rstrip() + "\n"
 
 
-def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | list | None = None
-                                 ) -> tuple[str, list[Citer]]:
+# =================================================================================
+# --serve: the deployment (a PipelinePlan whose ``serving`` holds the record)
+# =================================================================================
+
+OBJECTIVES = {"tokens_per_s_per_user": "tokens/s/user at the users given",
+              "tokens_per_s": "total tokens/s (users: as many as fit)"}
+
+
+def _ms(x, nd=2) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _sharding_text(dims) -> str:
+    return "[" + ", ".join("{" + ",".join(d) + "}" if d else "{}" for d in (dims or [])) + "]"
+
+
+def section_serving(plan: PipelinePlan, cite: Citer, png_path: str | None = None) -> list[str]:
+    """The deployment, in tt-inference-server's columns, then how it was found: replicas and
+    meshes, users and what limits them, the KV cache, the decode tail, the configurations
+    tried (every figure is the record's, computed from the phase plans)."""
+    r = plan.serving
+    prof = r["profile"]
+    pre, dec = r["prefill"], r["decode"]
+    model = plan.pipeline[0].model if plan.pipeline else ""
+    out = [f"# Deployment - `{model}` on {r['devices']} chips ({r['system']})", ""]
+    out.append(cite.sentence("serving-columns", "Reported in the columns tt-inference-server reports a run in")[:-1]
+               + " (modeled device time; host and scheduler time not included):")
+    out += ["", "| ISL | OSL | users | TTFT (ms) | TPOT (ms) | t/s/u | t/s |", "|---|---|---|---|---|---|---|",
+            f"| {prof['isl']} | {prof['osl']} | {r['users']} | {_ms(r['ttft_ms'])} | {_ms(r['tpot_ms'])} | "
+            f"{_ms(r['tokens_per_s_per_user'])} | {_ms(r['tokens_per_s'], 1)} |", ""]
+    if r["mode"] == "colocated":
+        lead = "prefill" if pre.get("layout") == "own search" else "decode"
+        where = (f"{r['replicas']} data-parallel replica{'s' if r['replicas'] != 1 else ''} of {r['replica_mesh']}, "
+                 f"prefill and decode on the same chips (the {lead} plan's weights serve both)")
+    else:
+        where = (f"{r['replicas']} data-parallel replica{'s' if r['replicas'] != 1 else ''} of {r['replica_mesh']}, "
+                 f"each cut in two: prefill on {pre['mesh']}, decode on {dec['mesh']}")
+    out.append(f"- **Deployment**: {where}; {r['devices_used']} of {r['devices']} chips; objective "
+               f"{OBJECTIVES.get(r['objective'], r['objective'])}.")
+    verdicts = [(k, (r[k].get("tt_mlir") or {})) for k in ("prefill", "decode")]
+    if any(v for _, v in verdicts):  # each phase's tt-mlir verdict, as its own section and stderr say
+        out.append("- **tt-mlir**: " + "; ".join(f"{k}: {_md(v.get('words') or 'not checked')}" for k, v in verdicts)
+                   + ".")
+    links = r.get("links")
+    if links:
+        def wiring(phase):
+            return ", ".join(f"{a['axis']} {a['size']} {a['topology']} of {a['links']} link{'s' if a['links'] != 1 else ''}"
+                             for a in links[phase]["axes"] if a["size"] > 1) or "one chip"
+
+        text = (f"**Links**: {links['system']}" + (f" ({links['hosts']} hosts)" if links["hosts"] > 1 else "")
+                + f"; prefill on {links['prefill']['system']}: {wiring('prefill')}; decode on "
+                f"{links['decode']['system']}: {wiring('decode')}")
+        out.append("- " + (cite.sentence("multi-host-links", text)[:-1] if links["hosts"] > 1 else text) + ".")
+    if r.get("kv_handover"):
+        h = r["kv_handover"]
+        out.append("- " + cite.sentence("disaggregated-prefill", "KV handover from the prefill half to the decode "
+                                        "half")[:-1]
+                   + f": {_plan.fmt_bytes(h['bytes_per_user'])} per user over {h['pairs']} chip pair"
+                   f"{'s' if h['pairs'] != 1 else ''} of {h['links_per_pair']} link"
+                   f"{'s' if h['links_per_pair'] != 1 else ''}, {_ms(h['time_ms'], 3)} ms (added to TTFT); decode "
+                   f"cache layout {_sharding_text(h['layout'].get('decode_cache'))}.")
+    out.append(f"- **Users**: {r['users']} ({r['users_per_replica']} per replica); up to {r['max_users']} of "
+               f"{r['context']} tokens fit ({r['max_users_per_replica']} per replica).")
+    out.append("- " + cite.sentence("kv-per-token", f"KV cache: {r['kv_bytes_per_token']:.0f} B per token of "
+                                    f"context for the whole model")[:-1]
+               + f"; {r['kv_bytes_per_token_per_chip']:.0f} B per chip as the decode plan shards it "
+               f"({_sharding_text(dec.get('cache_sharding'))}).")
+    m = r["memory_per_chip"]
+    out.append(f"- **Memory per decode chip**: {_plan.fmt_bytes(m['usable'])} usable = "
+               f"{_plan.fmt_bytes(m['weights'])} weights + {_plan.fmt_bytes(m['activations'])} activations + "
+               f"{_plan.fmt_bytes(m['kv_cache'])} KV cache + {_plan.fmt_bytes(m['free'])} free.")
+    queued = ("the mean user of a wave of " + str(r["users_per_replica"]) + " waits for the prefills before its own"
+              if r["mode"] == "colocated" else "the prefill half serves the users as they come")
+    out.append(f"- **TTFT**: one prompt on an idle replica {_ms(pre['ttft_ms'])} ms, the prefill plan's step on "
+               f"{pre['mesh']} ({pre['priced']}), {_plan.fmt_us(pre['step_us'])} for {prof['isl']} tokens"
+               + (" plus the KV handover" if r.get("kv_handover") else "")
+               + f"; under load {_ms(r['ttft_ms'])} ms ({queued}).")
+    t = dec["tail"]
+    chosen = next((o for o in t["options"] if o["name"] == t["chosen"]), {})
+    tail_name = {"topk": "top-k on each chip's vocabulary share", "gather": "all_gather the logits, then top-k"}
+    out.append(f"- **TPOT**: the decode plan's step on {dec['mesh']} ({dec['priced']}, batch {dec['batch']}, "
+               f"KV length {dec['kv_len']}) {_plan.fmt_us(dec['step_us'])}, its logits all_gather "
+               f"({_plan.fmt_us(t['replaces_us'])}) replaced by the sampling tail: "
+               f"{tail_name.get(t['chosen'], t['chosen'])}, {_plan.fmt_us(chosen.get('total_us'))}; "
+               f"step {_plan.fmt_us(dec['step_with_tail_us'])} ({_ms(1000 / dec['tpot_ms'] if dec['tpot_ms'] else None)} "
+               f"t/s/u alone)"
+               + (f", plus {_ms(dec['prefill_interleave_ms'], 3)} ms per token for the prefills that interleave"
+                  if dec.get("prefill_interleave_ms") else "") + f": {_ms(r['tpot_ms'])} ms under load.")
+    other = [o for o in t["options"] if o["name"] != t["chosen"]]
+    for o in other:
+        if o.get("available", True):
+            out.append("  " + cite.sentence("sharded-topk", "The vocab-split top-k composite against the gathered "
+                                            "logits")[:-1]
+                       + f": {tail_name.get(o['name'], o['name'])} would take {_plan.fmt_us(o['total_us'])}.")
+        else:
+            out.append(f"  The other tail ({tail_name.get(o['name'], o['name'])}): not available, {o.get('why')}.")
+    for line in r.get("limits") or []:
+        out.append(f"- Limit: {_md(line)}")
+    out.append("")
+    if png_path:
+        out += [f"![tokens/s/user against tokens/s per chip]({png_path})", ""]
+    out += ["## Configurations tried", "",
+            "Every configuration's phases were planned by the search (screened: the search's figures, extrapolated "
+            "from the 1- and 2-layer copies as it ranks candidates); the chosen one was then planned on the whole "
+            "model, which the figures above are.", "",
+            "| mode | replicas x mesh | prefill | decode | users/replica | TTFT (ms) | TPOT (ms) | t/s/u | t/s | "
+            "t/s/chip | vs chosen |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    refused = []
+    for c in r["configurations"]:
+        if c.get("refused"):
+            refused.append(c)
+            continue
+        mark = " **chosen**" if c.get("chosen") else ""
+        viol = f" (over {', '.join(c['violates'])})" if c.get("violates") else ""
+        out.append(f"| {c['mode']}{mark} | {c['replicas']}x {c['replica_mesh']} | {c['prefill_mesh']} | "
+                   f"{c['decode_mesh']} | {c.get('users_per_replica')} | {_ms(c.get('ttft_ms'))} | "
+                   f"{_ms(c.get('tpot_ms'))} | {_ms(c.get('tokens_per_s_per_user'))} | "
+                   f"{_ms(c.get('tokens_per_s'), 1)} | {_ms(c.get('tokens_per_s_per_chip'), 2)} | "
+                   f"{_ms(c.get('vs_chosen'), 3)}x{viol} |")
+    if refused:
+        out += ["", "Refused:"]
+        out += [f"- {c['mode']} {c['replicas']}x {c['replica_mesh']}: {_md(c['refused'])}" for c in refused]
+    out.append("")
+    return out
+
+
+def write_frontier_chart(plan: PipelinePlan, png_path: str) -> str:
+    """tokens/s/user against tokens/s per chip for every configuration priced, the
+    ones the record marks ``frontier`` joined (``serve.frontier``: within the limits, no other
+    as good on both axes and better on one), the chosen one marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plan = _plan.as_plan(plan)
+    r = plan.serving
+    pts = [c for c in r["configurations"] if not c.get("refused") and c.get("tokens_per_s_per_chip") is not None]
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    styles = {"colocated": ("o", "#4c72b0"), "disaggregated": ("s", "#dd8452")}
+    for mode, (marker, color) in styles.items():
+        xs = [c["tokens_per_s_per_chip"] for c in pts if c["mode"] == mode]
+        ys = [c["tokens_per_s_per_user"] for c in pts if c["mode"] == mode]
+        if xs:
+            ax.scatter(xs, ys, marker=marker, color=color, label=f"{mode} (screened)", zorder=3)
+    front = sorted((c for c in pts if c.get("frontier")), key=lambda c: c["tokens_per_s_per_chip"])
+    if len(front) > 1:
+        ax.plot([c["tokens_per_s_per_chip"] for c in front], [c["tokens_per_s_per_user"] for c in front],
+                color="#999999", lw=1, zorder=2, label="frontier")
+    for c in pts:
+        ax.annotate(f"{c['replicas']}x{c['decode_mesh'] if c['mode'] == 'colocated' else c['replica_mesh'] + '*'}",
+                    (c["tokens_per_s_per_chip"], c["tokens_per_s_per_user"]), fontsize=7,
+                    textcoords="offset points", xytext=(4, 3))
+    ax.scatter([r["tokens_per_s_per_chip"]], [r["tokens_per_s_per_user"]], marker="*", s=220, color="#c44e52",
+               label="chosen (whole model)", zorder=4)
+    ax.set_xlabel("tokens/s per chip")
+    ax.set_ylabel("tokens/s/user")
+    prof = r["profile"]
+    ax.set_title(f"{plan.pipeline[0].model if plan.pipeline else ''}: ISL {prof['isl']}, OSL {prof['osl']}, "
+                 f"{r['devices']} chips ({r['system']})", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    ax.grid(alpha=0.3)
+    os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
+    fig.savefig(png_path, format="png", bbox_inches="tight")
+    plt.close(fig)
+    return png_path
+
+
+def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | list | None = None,
+                                 frontier_png: str | None = None) -> tuple[str, list[Citer]]:
     """The report and the citers that numbered it (one per model), for tests: each citer's
     ``uses`` lists every citation with the text it follows and the claim it backs."""
     plan = _plan.as_plan(plan)
+    if isinstance(plan, PipelinePlan) and plan.serving:
+        citers = [Citer() for _ in plan.pipeline]
+        head = section_serving(plan, citers[0], frontier_png)
+        head += ["Phases: " + ", ".join(f"{sub.phase or 'model'} `{sub.model}` on {'x'.join(map(str, sub.mesh.shape))} "
+                                        f"{_plan.fmt_us(sub.cost.total_us)}" for sub in plan.pipeline)
+                 + " (modeled step each; sources of this section in the prefill's section 7).", ""]
+        parts = ["\n".join(head)]
+        pngs = png_path if isinstance(png_path, (list, tuple)) else [png_path] + [None] * len(plan.pipeline)
+        for i, sub in enumerate(plan.pipeline):
+            parts.append(_render_one(sub, pngs[i], citers[i]))
+        return "\n".join(parts), citers
     if isinstance(plan, PipelinePlan):
         citers = [Citer() for _ in plan.pipeline]
         head = [f"# Sharding analysis - pipeline of {len(plan.pipeline)} models", ""]
@@ -1551,15 +1730,17 @@ def render_report_with_citations(plan: Plan | PipelinePlan, *, png_path: str | l
     return _render_one(plan, png_path, cite), [cite]
 
 
-def render_report(plan: Plan | PipelinePlan, *, png_path: str | list | None) -> str:
+def render_report(plan: Plan | PipelinePlan, *, png_path: str | list | None, frontier_png: str | None = None) -> str:
     """``sharding_analysis.md`` for a plan.
 
     Args:
-      plan: the ``Plan`` (a ``PipelinePlan`` renders each model in turn).
+      plan: the ``Plan`` (a ``PipelinePlan`` renders each model in turn; one with ``serving``
+        opens with the deployment, ``section_serving``).
       png_path: where the chart will be, relative to the report (None: no picture); for a
         pipeline, a list gives each model's chart (a single path: the first model's).
+      frontier_png: a ``--serve`` report's frontier chart (``write_frontier_chart``).
     """
-    return render_report_with_citations(plan, png_path=png_path)[0]
+    return render_report_with_citations(plan, png_path=png_path, frontier_png=frontier_png)[0]
 
 
 def write_ccl_chart(plan: Plan | PipelinePlan, png_path: str) -> str:

@@ -3,7 +3,8 @@
 A rule is one object (``Rule``) that carries every piece of its behaviour:
 
 - ``excludes``: the options it removes from the search, as ``(argument, dim) -> units``
-  (that dim may be split only by factors dividing ``units``; 1: not at all);
+  (that dim may be split only by factors dividing ``units``; 1: not at all), and
+  ``site_excludes`` the same for a constraint site's dims;
 - ``breaks``: whether a propagated module does what it forbids (read from the walk
   ``shard_opt.analysis.extract_facts`` makes: ``Walk``); a candidate that does is priced
   infinite unless the user allowed the rule;
@@ -31,13 +32,16 @@ from dataclasses import dataclass, field
 class Walk:
     """What ``extract_facts`` saw in a propagated module that the rules read: every
     ``stablehlo.add``, the ops a guard may sit in front of, every reshape, the
-    collectives by op name, the values computed from weights alone, each value's
-    sharding and the module's mesh."""
+    collectives by op name, the local shapes around every on-device slice, the values
+    computed from weights alone, each value's sharding and the module's mesh."""
 
     adds: list = field(default_factory=list)
     moving: list = field(default_factory=list)  # slice / pad / reverse ops
     reshapes: list = field(default_factory=list)
     collectives: set = field(default_factory=set)  # op names: "sdy.all_gather", ...
+    slices: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_slice of an activation
+    gathers: list = field(default_factory=list)  # (local shape before, after) of every sdy.all_gather of an activation
+    dots: list = field(default_factory=list)  # every stablehlo.dot_general
     weight_values: set = field(default_factory=set)
     shard: dict = field(default_factory=dict)  # Value -> TensorSharding
     mesh: object = None  # the module's Mesh (a sharding's split factors)
@@ -48,7 +52,8 @@ class Rule:
     id: str
     title: str
     citation: str  # a key of shard_opt.emit.citations.CITATIONS
-    action: str  # "exclude" | "inf" | "guard": how it mainly acts (the report's column)
+    action: str  # "exclude" | "inf" | "guard" | "report": how it mainly acts (the report's column; "report": found
+    # and said, not priced)
     detail: str
     guard_ops: tuple[str, ...] = ()
     # the report's compiler-limitation line when a plan hits the rule (``in_plan``): (the words
@@ -63,6 +68,12 @@ class Rule:
 
     def excludes(self, model, structure) -> dict[tuple[int, int], int]:
         """(argument, dim) -> units: the splits the search may not offer."""
+        return {}
+
+    def site_excludes(self, shape, classes) -> dict[int, int]:
+        """dim -> units: the splits a constraint site (``candidates.site_groups``: a reshape's
+        result of ``shape``, each dim's argument-dim ``classes``) may not be offered, as
+        ``excludes`` says for arguments."""
         return {}
 
     def breaks(self, walk: Walk) -> bool:
@@ -89,13 +100,14 @@ class Rule:
 
 
 _MODULES = ("residual_stream", "vocab_gather", "heads", "conv_spatial", "collective_permute", "fused_split",
-            "reshape_constraint")
+            "reshape_constraint", "tile_aligned", "tile_columns", "one_axis_contraction")
 IDS = tuple(m.replace("_", "-") for m in _MODULES)  # a rule's id is its file's name, with "-" for "_"
 RULES: tuple[Rule, ...] = tuple(importlib.import_module(f"{__name__}.{m}").RULE for m in _MODULES)
 assert tuple(r.id for r in RULES) == IDS, "a rule's id must be its file's name"
 BY_ID = {r.id: r for r in RULES}
 DETECTORS = tuple(r for r in RULES if type(r).breaks is not Rule.breaks)
 GUARDS = tuple(r for r in RULES if r.guard_ops)
+REPORTED = frozenset(r.id for r in RULES if r.action == "report")  # found and said, never priced infinite
 
 
 def violations(walk: Walk) -> list[str]:

@@ -11,8 +11,64 @@ class Heads(Rule):
                 if units < model.arguments[x[0]].shape[x[1]]}  # features that come in heads
 
     def breaks(self, walk) -> bool:
-        """A value split on a head's inner dims (see ``cuts_a_head``)."""
-        return cuts_a_head(walk)
+        """A value split on a head's inner dims (see ``cuts_a_head``), or grouped-query
+        attention whose query heads per device are not a whole number of groups of its KV
+        heads per device (see ``uneven_groups``)."""
+        return cuts_a_head(walk) or bool(uneven_groups(walk))
+
+
+def uneven_groups(walk) -> list[tuple[int, int]]:
+    """(query heads, KV heads) per device of every grouped-query attention in the propagated
+    module ``walk`` describes where the first is not a multiple of the second.
+
+    tt-mlir's SDPA takes the KV heads before they are repeated for their query heads and
+    refuses a device program whose query heads do not divide by its KV heads: "Query num
+    heads must be divisible by key/value num heads" (tt-mlir issue 8861; 16 query heads split
+    8 ways beside 4 replicated KV heads: 2 and 4). Found from the graph, not from names: the
+    repeat of K or V for its query heads is a ``broadcast_in_dim`` that inserts one group dim
+    after the heads (``[B, Hkv, S, D] -> [B, Hkv, G, S, D]``) and a reshape that merges the
+    two (``-> [B, Hkv*G, S, D]``); the query heads per device are the merged dim's local
+    size, the KV heads per device the broadcast operand's."""
+    out = []
+    for op in walk.reshapes:
+        src = op.operands[0]
+        b = src.owner
+        while getattr(b, "name", "") in _SAME_DIMS:  # the repeat sliced or gathered on its way
+            b = b.operands[0].owner
+        if getattr(b, "name", "") != "stablehlo.broadcast_in_dim":
+            continue
+        kv, rep, merged = _shape(b.operands[0]), _shape(b.results[0]), _shape(op.results[0])
+        if kv is None or rep is None or merged is None or len(merged) != len(rep) - 1:
+            continue
+        dims = list(b.attributes["broadcast_dimensions"])
+        if len(kv) == len(rep) - 1:  # [B, Hkv, S, D] -> [B, Hkv, G, S, D]: the group dim inserted
+            inserted = [d for d in range(len(rep)) if d not in dims]
+            if len(inserted) != 1 or dims != [d for d in range(len(rep)) if d != inserted[0]]:
+                continue
+            g, kv_dim = inserted[0], inserted[0] - 1
+        elif len(kv) == len(rep) and dims == list(range(len(rep))):  # [B, Hkv, 1, S, D] -> [B, Hkv, G, S, D]
+            grown = [d for d in range(len(rep)) if kv[d] == 1 and rep[d] > 1]
+            if len(grown) != 1:
+                continue
+            g = kv_dim = grown[0]
+            kv_dim = g - 1
+        else:
+            continue
+        h = g - 1  # the heads dim, merged with the group dim after it
+        if (h < 0 or rep[g] <= 1 or merged[h] != rep[h] * rep[g] or merged[:h] != rep[:h]
+                or merged[h + 1:] != rep[g + 1:]):
+            continue
+        q_local = merged[h] // _factor(walk.shard.get(op.results[0]), h, walk.mesh)
+        kv_local = kv[kv_dim] // _factor(walk.shard.get(b.operands[0]), kv_dim, walk.mesh)
+        if kv_local and q_local % kv_local:
+            out.append((q_local, kv_local))
+    return out
+
+
+def _factor(s, d, mesh) -> int:
+    if s is None or d >= s.rank or not s.dims[d]:
+        return 1
+    return s.split_factor(d, mesh) if mesh is not None else 1
 
 
 def cuts_a_head(walk) -> bool:
@@ -193,4 +249,6 @@ RULE = Heads(
     "heads", "attention heads are split whole", "expert_kv_heads", "exclude",
     "a split that does not divide the heads gives a device part of a head; layers with 1-2 KV heads keep "
     "K/V replicated (and a plan whose propagated module splits inside a head: a K/V projection split past "
-    "its heads, a KV cache split on its head_dim, is priced infinite)")
+    "its heads, a KV cache split on its head_dim, is priced infinite; so is grouped-query attention whose "
+    "query heads per device are not a multiple of its KV heads per device, which tt-mlir's SDPA refuses: "
+    "\"Query num heads must be divisible by key/value num heads\", tt-mlir issue 8861)")

@@ -17,7 +17,13 @@ module is made XLA's (``runnable``):
 - tt-mlir's SDPA (``stablehlo.custom_call @tenstorrent.scaled_dot_product_attention``,
   which XLA cannot run) becomes a call of softmax(Q K^T * scale + mask) V on the device's
   own heads (``sdpa_function``); composites (``tenstorrent.layer_norm``, ``sdy.all_slice``)
-  carry their decompositions and run as they are.
+  carry their decompositions and run as they are;
+- a ``stablehlo.gather`` carrying ``tt.fill_out_of_bounds`` (the masked lookup tt-mlir writes
+  for a table split on the dim its lookup indexes: each device looks up its own rows, the
+  others read zero, an all_reduce sums them; ``ttir.rows_gather fill_out_of_bounds = true``)
+  becomes a call of gather + select (``masked_gather_function``): XLA's gather clamps an
+  out-of-table index to the table's edge instead, which read every device's edge row into
+  the sum and failed every vocab-split lookup until 2026-12-05.
 
 The same seeded inputs (drawn from the module tt-mlir compiled: token ids inside their
 tables, weights scaled by their fan-in, ``verify.random_inputs``) go to that program on N
@@ -160,6 +166,14 @@ def runnable(dump: str) -> str:
             o = op.operation
             if o.name in _CHANNEL_COLLECTIVES and "channel_handle" in o.attributes:
                 o.attributes["use_global_device_ids"] = _ir.UnitAttr.get()
+            elif o.name == "stablehlo.gather" and FILL_OOB in o.attributes:
+                name = f"shard_opt.masked_gather.{len(functions)}"
+                functions.append(masked_gather_function(name, o))
+                call = _ir.Operation.create("func.call", results=[o.results[0].type], operands=list(o.operands),
+                                            attributes={"callee": _ir.FlatSymbolRefAttr.get(name)},
+                                            ip=_ir.InsertionPoint(o))
+                o.results[0].replace_all_uses_with(call.results[0])
+                o.erase()
             elif o.name == "stablehlo.custom_call":
                 target = _ir.StringAttr(o.attributes["call_target_name"]).value
                 if target != SDPA_TARGET:
@@ -181,6 +195,55 @@ def runnable(dump: str) -> str:
     except Exception as e:  # noqa: BLE001
         raise NotRunnable(f"tt-mlir's program, made XLA's, does not parse: {' '.join(str(e).split())[:300]}") from None
     return text
+
+
+FILL_OOB = "tt.fill_out_of_bounds"
+
+
+def masked_gather_function(name: str, op) -> str:
+    """A private function computing a ``stablehlo.gather`` that carries ``tt.fill_out_of_bounds``
+    as tt-mlir computes it: a row whose start index lies outside the table reads zeros
+    (``ttir.rows_gather`` with ``fill_out_of_bounds = true``), where XLA's gather clamps the
+    index into the table. Shardy writes this gather for a table split on the dim its lookup
+    indexes: each device looks up its own rows (index minus its offset), the others' rows
+    read zero, and an all_reduce sums them. One start index per lookup (``start_index_map``
+    of one dim); raises ``NotRunnable`` otherwise."""
+    from shard_opt.analysis import _dims
+
+    table_t, index_t, result_t = (str(op.operands[0].type), str(op.operands[1].type), str(op.results[0].type))
+    table, _ = _shape(table_t)
+    index, iel = _shape(index_t)
+    result, rel = _shape(result_t)
+    dn = str(op.attributes["dimension_numbers"])
+    start = _dims(dn, "start_index_map")
+    offset = _dims(dn, "offset_dims")
+    ivd = re.search(r"index_vector_dim\s*=\s*(\d+)", dn)
+    ivd = int(ivd.group(1)) if ivd else len(index)
+    if len(start) != 1 or (ivd < len(index) and index[ivd] != 1):
+        raise NotRunnable(f"tt-mlir's program has a zero-filling gather of {len(start)} start indices")
+    attrs = ", ".join(f"{k} = {op.attributes[k]}" for k in ("dimension_numbers", "slice_sizes", "indices_are_sorted")
+                      if k in op.attributes)
+    size = table[start[0]]
+    kept = [d for i, d in enumerate(index) if i != ivd]
+    batch = [d for d in range(len(result)) if d not in offset]
+    ok_t = _ty(index, "i1")
+    okk_t = _ty(kept, "i1")
+    lines = [
+        f"  func.func private @{name}(%t: {table_t}, %i: {index_t}) -> {result_t} {{",
+        f'    %g = "stablehlo.gather"(%t, %i) <{{{attrs}}}> : ({table_t}, {index_t}) -> {result_t}',
+        f"    %c0 = stablehlo.constant dense<0> : {index_t}",
+        f"    %cn = stablehlo.constant dense<{size}> : {index_t}",
+        f"    %ge = stablehlo.compare GE, %i, %c0 : ({index_t}, {index_t}) -> {ok_t}",
+        f"    %lt = stablehlo.compare LT, %i, %cn : ({index_t}, {index_t}) -> {ok_t}",
+        f"    %ok = stablehlo.and %ge, %lt : {ok_t}",
+        f"    %okk = stablehlo.reshape %ok : ({ok_t}) -> {okk_t}",
+        f"    %m = stablehlo.broadcast_in_dim %okk, dims = [{', '.join(map(str, batch))}] : ({okk_t}) -> {_ty(result, 'i1')}",
+        f"    %z = stablehlo.constant dense<0.0> : {result_t}",
+        f"    %r = stablehlo.select %m, %g, %z : {_ty(result, 'i1')}, {result_t}",
+        f"    return %r : {result_t}",
+        "  }",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _per_value(attr) -> list:
