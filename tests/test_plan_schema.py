@@ -180,3 +180,17 @@ def test_an_emitter_works_from_a_plan_loaded_from_json(real):
     p = Plan.from_json(real["mlp@2x4"], where="mlp@2x4.json")
     module = (d / "mlp@2x4.mlir").read_text()
     assert emit_lit_test(module, p, run_args="--mesh 2x4") == (d / "mlp@2x4.lit.mlir").read_text()
+
+
+def test_the_summary_line_counts_local_slices_apart_from_ccls(real):
+    """A local ``all_slice`` moves no data: the summary names the CCLs that move data and
+    the local slices apart (a report/summary reading "CCLs: all_slice x3" was the defect)."""
+    from shard_opt.cli import summary_line
+
+    data = real["mlp@2x4"]
+    moving = sorted({c["kind"] for c in data["collectives"]})
+    data = {**data, "collectives": data["collectives"] + [{**data["collectives"][0], "kind": "all_slice"}] * 3}
+    line = summary_line(Plan.from_json(data))
+    ccls = line.split("CCLs: ", 1)[1].split(";")[0]
+    assert all(f"{k} x" in ccls for k in moving)
+    assert "all_slice x" not in ccls and "3 local all_slices: no data moves" in ccls

@@ -948,7 +948,10 @@ def summary_line(plan) -> str:
     kinds: dict[str, int] = {}
     for col in plan.collectives:
         kinds[col.kind] = kinds.get(col.kind, 0) + 1
+    slices = kinds.pop("all_slice", 0)  # a local slice: no data moves, not a CCL
     ccls = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none"
+    if slices:
+        ccls += f" (and {slices} local all_slice{'s' if slices > 1 else ''}: no data moves)"
     mesh = "x".join(map(str, plan.mesh.shape))
     line = (f"shard-opt: {plan.model} on {mesh} ({plan.system}): {plan.strategy}; "
             f"{c.total_us} us modeled, CCLs: {ccls}")
