@@ -23,6 +23,7 @@ from importlib import metadata
 
 from shard_opt.costmodel.system import System
 from shard_opt.errors import UserError
+from shard_opt.options import option_value
 
 SYSTEM_MODULES = (
     "shard_opt.costmodel.wormhole",
@@ -38,7 +39,7 @@ COST_MODELS = {
 }
 
 # Device count -> the preset a bare --mesh picks: the Wormhole system of that size
-# (DESIGN.md); 4 chips only exist as a Blackhole QuietBox 2 among the presets.
+# (docs/design.md, "Command-line contract"); 4 chips only exist as a Blackhole QuietBox 2 among the presets.
 DEFAULT_SYSTEM_BY_CHIPS = {1: "n150", 2: "n300", 4: "bh-quietbox2", 8: "wh-loudbox", 32: "wh-galaxy",
                            64: "wh-galaxy-x2", 128: "wh-galaxy-x4"}
 
@@ -153,7 +154,7 @@ def get_cost_model(name: str, **options):
             if not eq or key not in fields:
                 raise UserError(f"cost model {name}: bad option {item!r}; write KEY=VALUE with KEY one of "
                                 f"{', '.join(sorted(fields)) or 'none'}")
-            options.setdefault(key, _option_value(raw.strip(), fields[key], name))
+            options.setdefault(key, option_value(raw.strip(), fields[key], f"cost model {name}"))
     known = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else None
     if known is not None:
         unknown = sorted(set(options) - known)
@@ -161,23 +162,6 @@ def get_cost_model(name: str, **options):
             raise UserError(f"cost model {name}: unknown option(s) {', '.join(unknown)} "
                             f"(options: {', '.join(sorted(known)) or 'none'})")
     return cls(**options)
-
-
-def _option_value(raw: str, f, model: str):
-    """A command-line option value as its field's type (bool, int, float, or text)."""
-    typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
-    try:
-        if typ.startswith("bool"):
-            if raw.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return raw.lower() in ("true", "1")
-        if typ.startswith("float"):
-            return None if raw.lower() == "none" else float(raw)
-        if typ.startswith("int"):
-            return int(raw)
-    except ValueError:
-        raise UserError(f"cost model {model}: option {f.name}={raw!r} is not a valid {typ}") from None
-    return raw
 
 
 def list_cost_models() -> list[str]:

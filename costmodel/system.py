@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from shard_opt.costmodel.fabric import TOPOLOGIES, Fabric, effective_topology
+from shard_opt import kernels
 from shard_opt.errors import UserError
 from shard_opt.facts import COLLECTIVE_KINDS
 
@@ -85,9 +86,9 @@ class Compute:
 
 COMPUTE_PROFILES = ("generic", "tuned")
 
-# The kernel classes ``Compute.latency_us`` is keyed by (``kernel_class``).
-KERNEL_CLASSES = ("matmul", "norm", "sdpa", "cache_update", "gather")
-_MATMUL_KINDS = ("matmul", "linear", "conv")
+# The kernel classes ``Compute.latency_us`` is keyed by (``kernel_class``; each op kind's
+# class is its entry in shard_opt.kernels).
+KERNEL_CLASSES = tuple(dict.fromkeys(k.kernel_class for k in kernels.KERNELS if k.kernel_class))
 
 # Tenstorrent tensors are stored in 32x32 tiles (tt-metal tt_metal/api/tt-metalium/
 # constants.hpp TILE_HEIGHT = TILE_WIDTH = 32): a matmul's activation rows on one device
@@ -134,13 +135,11 @@ def weight_share(tiles: float, decode: float, prefill: float | None) -> float:
 
 
 def kernel_class(kind: str, name: str = "") -> str:
-    """The ``KERNEL_CLASSES`` entry of a device op (its ``OpWork.kind``), or ``""``:
-    matmul-like fused groups are ``matmul``; ``cache_update`` is the KV-cache append of a
-    decode step (the concatenate / dynamic_update_slice / scatter whose target is a cache
-    argument, ``shard_opt.analysis``). ``name`` is accepted for callers that have it."""
-    if kind in _MATMUL_KINDS:
-        return "matmul"
-    return kind if kind in ("norm", "sdpa", "gather", "cache_update") else ""
+    """The ``KERNEL_CLASSES`` entry of a device op (its ``OpWork.kind``), or ``""``: its
+    ``shard_opt.kernels`` entry's (matmul-like fused groups are ``matmul``; ``cache_update``
+    is the KV-cache append of a decode step, ``shard_opt.analysis``). ``name`` is accepted
+    for callers that have it."""
+    return kernels.of(kind).kernel_class
 
 # Usable share of DRAM: the rest is left to firmware, dispatch, program cache and
 # fragmentation. Our choice, unconfirmed by a measurement.
@@ -202,11 +201,6 @@ class System:
     @property
     def default_mesh(self) -> tuple[int, ...]:
         return self.meshes[0]
-
-    @property
-    def link_gbps(self) -> float:
-        """Line rate of one Ethernet link, per direction (GB/s)."""
-        return self.fabric.line_rate_gbps
 
     @property
     def usable_dram_bytes(self) -> float:

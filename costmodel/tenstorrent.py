@@ -63,10 +63,11 @@ from shard_opt.costmodel.cost_model import CostModel, collective_axis, memory_pe
 from shard_opt.costmodel.system import (CCL_PROFILES, COMPUTE_PROFILES, PREFILL_TILES, TILE_ROWS, System,
                                         kernel_class, tile_padding, tile_rows, weight_share)
 from shard_opt.costmodel.ttnn_ops import estimated_extra_ops
+from shard_opt import kernels
 from shard_opt.errors import UserError
 from shard_opt.facts import Collective, Cost, ModuleFacts, OpWork
 
-MATMUL_KINDS = ("matmul", "linear", "conv")
+MATMUL_KINDS = tuple(k.kind for k in kernels.KERNELS if k.is_matmul)  # priced as a matmul (shard_opt.kernels)
 DISPATCH = ("traced", "untraced", "none")
 
 
@@ -158,7 +159,7 @@ class TenstorrentModel(CostModel):
         c = system.compute_profile(self.compute_profile)
         dram = self.dram_efficiency if self.dram_efficiency is not None else c.dram_efficiency
         latency = c.latency_us.get(kernel_class(op.kind, op.name), 0.0)
-        if op.kind == "sdpa":
+        if kernels.of(op.kind).kernel_class == kernels.SDPA.kernel_class:
             # its query rows are not padded: a decode kernel packs a KV group's query heads
             # into one tile row, and a sub-tile sequence split is removed (rule tile-aligned)
             math_us = op.flops / (system.peak_flops_per_us("HiFi4") * c.sdpa_efficiency)

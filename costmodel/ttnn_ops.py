@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 
+from shard_opt import kernels
 from shard_opt.facts import ModuleFacts, OpWork
 
 # The classes the estimate counts: matmul-like kernels, fused groups (passes/mark_fusions.py),
@@ -26,16 +27,9 @@ from shard_opt.facts import ModuleFacts, OpWork
 # the module itself (1 each: the layout work at its boundary -- inputs, embedding, outputs --
 # that no per-op class follows).
 CLASSES = ("matmul", "fused", "other", "collective", "module")
-_MATMUL = ("matmul", "linear", "conv")
-_FUSED = ("sdpa", "norm", "softmax", "activation")
-
-
 def op_class(op: OpWork) -> str:
-    if op.kind in _MATMUL:
-        return "matmul"
-    if op.kind in _FUSED:
-        return "fused"
-    return "other"
+    """``matmul``, ``fused`` or ``other``: the op's kind's ``ttnn_class`` (shard_opt.kernels)."""
+    return kernels.of(op.kind).ttnn_class
 
 
 def class_counts(facts: ModuleFacts) -> dict[str, int]:

@@ -23,6 +23,7 @@ import math
 
 from shard_opt.costmodel.fabric import Anchor, Fabric, Startup, hops, mean, traffic_bytes
 from shard_opt.costmodel.system import AxisLinks, Compute, System, kernel_class
+from shard_opt import kernels
 from shard_opt.facts import OpWork, dtype_bytes
 
 _SUMMARY = "tt-metal tech_reports/CCLs/results/SUMMARY_wormhole_b0_bfloat16_6144.md"
@@ -307,7 +308,7 @@ def roofline_us(op: OpWork, c: Compute, *, prefetched: bool = False) -> float:
     from each measured kernel. An attention's walk through its cache (``kv_len`` positions at
     ``sdpa_position_us``) is part of it."""
     nbytes = op.bytes_in + op.bytes_out - (op.weight_bytes if prefetched else 0)
-    if op.kind == "sdpa":
+    if kernel_class(op.kind) == kernels.SDPA.kernel_class:
         return max(op.flops / (PEAK_TFLOPS["HiFi4"] * 1e6 * c.sdpa_efficiency),
                    nbytes / (DRAM_GBPS * 1e3 * c.sdpa_dram_efficiency)) + op.kv_len * c.sdpa_position_us
     fidelity = c.fidelity_of(op.fidelity)

@@ -47,6 +47,9 @@ MAX_ENV = "SHARD_OPT_CACHE_MAX_MB"
 DEFAULT_MAX_MB = 2048
 OFF = ("", "off", "0", "no", "false")
 SUFFIX = ".pkl"
+# the evaluated candidates' facts (shard_opt.factcache) live beside the lowerings, under the same limit
+FACTS_SUBDIR = "facts"
+FACTS_SUFFIX = ".facts"
 CHECKS_SUBDIR, CHECKS_SUFFIX = "checks", ".check"  # the tt-mlir check's results (shard_opt.ttmlir.store)
 _STALE_TMP_SECONDS = 3600  # a temporary file this old was left by a run that died mid-write
 _VERSIONED = ("torch", "torch-mlir", "jaxlib", "transformers", "diffusers")
@@ -166,11 +169,9 @@ def evict(root: str, limit: int | None = None) -> int:
     (``shard_opt.factcache``, in ``facts/``) and the tt-mlir check's results
     (``shard_opt.ttmlir.store``, in ``checks/``) count and go by the same rule. Returns how
     many entries went."""
-    from shard_opt import factcache
-
     limit = max_bytes() if limit is None else limit
     now = time.time()
-    facts = os.path.join(root, factcache.SUBDIR)
+    facts = os.path.join(root, FACTS_SUBDIR)
     checks = os.path.join(root, CHECKS_SUBDIR)  # the tt-mlir check's results
     for d in (root, facts, checks):
         with contextlib.suppress(OSError):
@@ -180,7 +181,7 @@ def evict(root: str, limit: int | None = None) -> int:
                     with contextlib.suppress(OSError):
                         if now - os.stat(path).st_mtime > _STALE_TMP_SECONDS:
                             os.unlink(path)
-    found = sorted(entries(root) + entries(facts, factcache.SUFFIX) + entries(checks, CHECKS_SUFFIX))
+    found = sorted(entries(root) + entries(facts, FACTS_SUFFIX) + entries(checks, CHECKS_SUFFIX))
     total = sum(size for _, size, _ in found)
     removed = 0
     for _, size, path in found:

@@ -22,28 +22,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-_FLOP_ROOT = "_Adapter.m"
-
-
-def _register_cpu_sdpa() -> None:
-    """Count ``aten._scaled_dot_product_flash_attention_for_cpu`` (what SDPA becomes on CPU).
-
-    torch 2.13's flop registry has the CUDA SDPA kernels but not the CPU one, so
-    attention scores would count as 0 FLOPs; use the same formula as the others.
-    """
-    from torch.utils import flop_counter as fc
-
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if op is None or op in fc.flop_registry:
-        return
-
-    @fc.register_flop_formula(op)
-    def _sdpa_cpu(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        return fc.sdpa_flop_count(query_shape, key_shape, value_shape)
-
-
-_register_cpu_sdpa()
-
 
 def count_flops(model: nn.Module, inputs, *, input_names=None, keyword=None, kwargs=None, forward=None):
     """(module path -> FLOPs, total FLOPs) of one forward, counted while torch.export traces it.
@@ -52,7 +30,7 @@ def count_flops(model: nn.Module, inputs, *, input_names=None, keyword=None, kwa
     PyTorch frontend lowers, so the count matches the lowered module (``lower_program``
     counts during its own export and passes the result in).
     """
-    from shard_opt.frontends.torch_frontend import TorchProgram, trace_program
+    from shard_opt.frontends.torch_trace import TorchProgram, trace_program
 
     names = input_names or [f"input{i}" for i in range(len(inputs))]
     prog = TorchProgram(model, list(inputs), list(names), keyword=keyword, kwargs=dict(kwargs or {}),
@@ -61,20 +39,8 @@ def count_flops(model: nn.Module, inputs, *, input_names=None, keyword=None, kwa
     return flops
 
 
-def flops_by_module(counter) -> tuple[dict, int]:
-    """A finished ``FlopCounterMode`` -> ({module path: FLOPs}, total)."""
-    per = {}
-    for key, ops in counter.get_flop_counts().items():
-        total = int(sum(ops.values()))
-        if key == _FLOP_ROOT:
-            per[""] = total
-        elif key.startswith(_FLOP_ROOT + "."):
-            per[key[len(_FLOP_ROOT) + 1:]] = total
-    return per, int(counter.get_total_flops())
-
-
 def _dtype(t: torch.Tensor) -> str:
-    from shard_opt.frontends.torch_frontend import TORCH_TO_MLIR
+    from shard_opt.frontends.torch_trace import TORCH_TO_MLIR
 
     return TORCH_TO_MLIR.get(t.dtype, str(t.dtype))
 
@@ -86,7 +52,7 @@ def architecture(model: nn.Module, inputs, *, input_names=None, keyword=None, kw
     ``flops``: a ``(per-module, total)`` pair already counted (by the frontend's export);
     without it the forward is traced once more to count.
     """
-    from shard_opt.frontends.torch_frontend import find_repeated_blocks
+    from shard_opt.frontends.torch_trace import find_repeated_blocks
 
     err = None
     if flops is None:

@@ -141,7 +141,7 @@ _STATE_LAYER_TYPES = ("linear_attention", "mamba", "mamba2", "conv", "hybrid", "
 
 def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.dtype, where: str):
     """A ``TorchProgram`` for one decode step of an HF causal LM (see module docstring)."""
-    from shard_opt.frontends.torch_frontend import TorchProgram
+    from shard_opt.frontends.torch_trace import TorchProgram
 
     cfg = text_config(model)
     kw = cache_kwarg(model)
@@ -185,7 +185,7 @@ def decode_program(model: nn.Module, *, batch: int, seq_len: int, dtype: torch.d
 
 
 def _decoder_layers(model: nn.Module):
-    from shard_opt.frontends.torch_frontend import find_repeated_blocks
+    from shard_opt.frontends.torch_trace import find_repeated_blocks
 
     found = find_repeated_blocks(model)
     if found is None:

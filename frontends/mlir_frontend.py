@@ -51,11 +51,6 @@ def path_to_dotted(text: str) -> str:
     return s.strip(".")
 
 
-def kind_from_name(name: str | None) -> str:
-    """The kind a name says (``input`` when it says nothing)."""
-    return _named_kind(name) or "input"
-
-
 def _named_kind(name: str | None) -> str | None:
     if not name or name.startswith("%arg"):
         return None

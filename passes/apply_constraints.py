@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from shard_opt import activations, ir
 from shard_opt.errors import UserError
 from shard_opt.pass_manager import ModulePass, PassContext
-from shard_opt.passes.shardy_propagate import constraint_op, mesh_name_of
+from shard_opt.sdy import constraint_op, mesh_name_of
 from shard_opt.sharding import TensorSharding
 
 SITE_OPS = ("stablehlo.reshape",)

@@ -12,7 +12,7 @@ Options:
     ``%arg0: [{"model"}, {}]`` and ``%arg1: [{}, {"model"}]``. Added to (and
     overriding) what the driver put in the context.
   replicate-outputs: give every result a closed, replicated sharding (the boundary
-    rule of DESIGN.md: outputs are returned whole, so a split output pays its gather).
+    rule of docs/design.md: outputs are returned whole, so a split output pays its gather).
     Results named in the context's ``result_shardings`` keep that sharding instead
     (a KV cache stays on device). Results that already carry a sharding are kept.
 """

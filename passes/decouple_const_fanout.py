@@ -16,8 +16,11 @@ shard-opt used to run Shardy's ``sdy-constant-or-scalar-splitter`` in its place,
 copies every constant and scalar broadcast per use: a plan priced that way could lose
 collectives tt-mlir then inserts (the 2x4 prefill plans, docs/ttmlir.md).
 
-Options: none. The pass is a no-op on a function whose arguments are all replicated,
-as tt-mlir's is (``hasExplicitlyShardedArguments``).
+Options:
+  only-sharded: only in functions with an explicitly sharded argument (default true), as
+    tt-mlir's is (``hasExplicitlyShardedArguments``): a no-op on a function whose arguments
+    are all replicated. false: in every function (the evaluator decouples once, before any
+    candidate's shardings are applied: ``shard_opt.pipelines``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ class DecoupleConstFanout(ModulePass):
     name = "decouple-const-fanout"
     summary = "Clone constant-fed broadcasts per use (tt-mlir's DecoupleConstFanoutPass)"
 
+    only_sharded: bool = True
+
     def apply(self, ctx: PassContext, module) -> None:
-        decouple_const_fanout(module)
+        decouple_const_fanout(module, only_sharded=self.only_sharded)
 
 
 def decouple_const_fanout(module, *, ops=None, only_sharded: bool = True) -> int:

@@ -10,7 +10,8 @@ output once. This pass finds those groups in the module and writes
 each group as the one op the device runs (``shard_opt.analysis``). Propagation keeps
 the attribute (it is a discardable attribute; Shardy copies ops as they are).
 
-Kinds, each with the pattern that finds it in the graph (not a list of names):
+Kinds (``shard_opt.kernels``: each kind's entry, which every reader asks), each with the
+pattern that finds it in the graph (not a list of names):
 
 - ``sdpa``: ``dot_general`` (scores) -> scale / mask / softmax -> ``dot_general``
   (probabilities x values), as torch-mlir and JAX lower attention, with the Q/K/V
@@ -44,12 +45,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shard_opt import ir
+from shard_opt import ir, kernels
 from shard_opt.dataflow import CONSTANT_OPS, ELEMENTWISE_OPS, LAYOUT_OPS, Graph, Node
 from shard_opt.pass_manager import ModulePass, PassContext
 
-ATTR = "shard_opt.fused"
-SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_product_attention")
+ATTR = kernels.FUSED_ATTR
+SDPA_TARGETS = kernels.SDPA.custom_calls
 ACTIVATION_CORES = ("stablehlo.tanh", "chlo.erf", "stablehlo.logistic")
 _PASS_THROUGH = ("stablehlo.convert", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim")
 
@@ -89,28 +90,28 @@ def find_groups(g: Graph) -> list[tuple[str, set[int]]]:
     owner: dict[int, str] = {}
     groups: list[tuple[str, set[int]]] = []
 
-    def claim(kind: str, members: set[int] | None) -> None:
+    def claim(kernel: kernels.Kernel, members: set[int] | None) -> None:
         if not members or any(m in owner for m in members):
             return
-        label = f"{kind}:{len(groups)}"
+        label = f"{kernel.kind}:{len(groups)}"
         for m in members:
             owner[m] = label
         groups.append((label, members))
 
     for node in g.nodes:
         if node.name == "stablehlo.custom_call" and g.attr(node, "call_target_name").strip('"') in SDPA_TARGETS:
-            claim("sdpa", {node.index})
+            claim(kernels.SDPA, {node.index})
         elif node.name == "stablehlo.dot_general":
-            claim("sdpa", _attention(g, node))
+            claim(kernels.SDPA, _attention(g, node))
     for node in g.nodes:
         if node.name == "stablehlo.exponential" and node.index not in owner:
-            claim("softmax", _softmax(g, node))
+            claim(kernels.SOFTMAX, _softmax(g, node))
     for node in g.nodes:
         if node.name == "stablehlo.rsqrt" and node.index not in owner:
-            claim("norm", _norm(g, node))
+            claim(kernels.NORM, _norm(g, node))
     for node in g.nodes:
         if node.name == "stablehlo.add" and node.index not in owner:
-            claim("rope", _rope(g, node))
+            claim(kernels.ROPE, _rope(g, node))
     # linear / conv: the op, its bias add, then an activation on the result
     for node in g.nodes:
         if node.name in ("stablehlo.dot_general", "stablehlo.convolution") and node.index not in owner:
@@ -120,11 +121,11 @@ def find_groups(g: Graph) -> list[tuple[str, set[int]]]:
             if act:
                 members |= act
             if len(members) > 1:
-                claim("linear" if node.name == "stablehlo.dot_general" else "conv", members)
+                claim(kernels.LINEAR if node.name == "stablehlo.dot_general" else kernels.CONV, members)
     for node in g.nodes:
         if node.name in ACTIVATION_CORES and node.index not in owner:
             found = _activation(g, node, owner)
-            claim("activation", found[0] if found else None)
+            claim(kernels.ACTIVATION, found[0] if found else None)
     return groups
 
 

@@ -23,18 +23,38 @@ where tt-mlir gathers the experts' dim and slices again (Mixtral 8x7B 1-layer 2x
 one plan of benchmarks/results.md's tt-mlir table that did not match: 4 all_to_all in
 tt-mlir's shlo_compiler, lowered as 2 all_gather + 2 mesh_partition in TTIR).
 
-Runs inside ``shardy-propagate`` (tt-mlir pipeline), between its propagation and its
+A step of ``shardy-propagate``'s tt-mlir pipeline, between its propagation and its
 export, on the propagated ``sdy.sharding`` of each op.
+
+Example::
+
+    %s = stablehlo.slice %x [0:8, 0:16]                      %s = stablehlo.slice %x [0:8, 0:16]
+      {sdy.sharding = #sdy.sharding_per_value<[<@mesh,   ->     {sdy.sharding = #sdy.sharding_per_value<[<@mesh,
+       [{}, {"model"}]>]>} : (tensor<8x48xf32>) -> ...           [{}, {}]>]>} : ...
+
+Options: none.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from shard_opt import ir
+from shard_opt.pass_manager import ModulePass, PassContext
 from shard_opt.sharding import TensorSharding
 
 OPS = ("stablehlo.slice", "stablehlo.iota", "stablehlo.constant")
+
+
+@dataclass(frozen=True)
+class ReplicateNonSplittable(ModulePass):
+    name = "replicate-non-splittable"
+    summary = "Replicate the slices, iotas and constants SPMD cannot split (tt-mlir's ReplicateNonSplittableValues)"
+
+    def apply(self, ctx: PassContext, module) -> None:
+        replicate_non_splittable(module)
 
 
 def replicate_non_splittable(module, *, ops=None) -> int:

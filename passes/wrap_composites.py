@@ -64,7 +64,10 @@ class WrapComposites(ModulePass):
     sdpa: bool = True
 
     def apply(self, ctx: PassContext, module) -> None:
-        wrap_composites(module, rms_norm=self.rms_norm, sdpa=self.sdpa)
+        # the frontend's arguments, as a run gives them (the SDPA rule's propagation reads
+        # them); the attentions left flat, and why, into ctx.left_flat when it is a list
+        wrap_composites(module, rms_norm=self.rms_norm, sdpa=self.sdpa, arguments=ctx.arguments or None,
+                        left_flat=ctx.left_flat)
 
 
 def wrap_composites(module, *, rms_norm: bool = False, sdpa: bool = True, probe: bool = False, arguments=None,

@@ -87,6 +87,8 @@ REAL_RUNS = {
     "qwen35": [os.path.join(SCRIPTS, "qwen35_attention.py"), "--mesh", "1x8"],
     # a UNet res-block: convolutions, no token inputs
     "unet": [os.path.join(SCRIPTS, "unet_resblock.py"), "--mesh", "1x8"],
+    # the MLP on a line of 8: its pair closed by a reduce_scatter, then an all_gather
+    "mlp": [os.path.join(ROOT, "examples", "mlp.mlir"), "--mesh", "1x8"],
 }
 
 

@@ -782,7 +782,7 @@ def test_checked_cost_replaces_the_estimate_with_the_ttnn_count():
     facts = _layer_facts(2)
     cost = cm.price(facts, system)
     classes = ttnn_ops.class_counts(facts)
-    from shard_opt.plan import Cost, MeshRecord, Plan
+    from shard_opt.plan import CostRecord as Cost, MeshRecord, Plan
 
     plan = Plan(model="m", mesh=MeshRecord(shape=[2, 4], axes=["batch", "model"]),
                 cost=Cost(total_us=cost.total_us, compute_us=None, ccl_us=None, ccl_count=0, ccl_bytes=0,

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from shard_opt.emit.lit_test import collective_checks, emit_lit_test
-from shard_opt.plan import Collective, Plan, PlanSchemaError
+from shard_opt.plan import CollectiveRecord as Collective, Plan, PlanSchemaError
 from conftest import CHILD_CEILING_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +28,8 @@ def _annotated_and_evaluated():
     """The MLP with Megatron shardings, and what `--evaluate` prints for it (via the passes)."""
     from shard_opt import ir
     from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
-    from shard_opt.plan import Collective, Cost, MeshRecord, collective_entry
+    from shard_opt.build import collective_entry
+    from shard_opt.plan import CollectiveRecord as Collective, CostRecord as Cost, MeshRecord
     from shard_opt.sharding import Mesh, TensorSharding
 
     m = ir.parse(MLP)

@@ -180,3 +180,73 @@ def test_constraint_of_the_wrong_rank_is_a_user_error():
     with pytest.raises(UserError, match="has 2 dims, the reshape's result has 4"):
         PassManager(parse_pipeline("builtin.module(apply-constraints{constraints=1x8x64xf32->1x8x4x16xf32=-/model})"),
                     PassContext()).run(ir.parse(text))
+
+
+def test_a_python_pass_that_crashes_leaves_a_repro_and_the_command():
+    """Any failing pass, Python or MLIR, writes the IR it was given (the passes before it
+    replayed on the pipeline's input) and names the command that reproduces it."""
+    from dataclasses import dataclass
+
+    from shard_opt.pass_manager import ModulePass
+
+    @dataclass(frozen=True)
+    class Boom(ModulePass):
+        name = "boom"
+
+        def apply(self, ctx, module):
+            raise RuntimeError("the pass broke")
+
+    module = ir.parse(MLP)
+    ctx = PassContext(mesh=Mesh.parse("2x4"))
+    with pytest.raises(PassError) as e:
+        PassManager([AddMesh(), Boom()], ctx).run(module)
+    msg = str(e.value)
+    assert "pass boom failed: RuntimeError: the pass broke" in msg and "\n" not in msg
+    assert f"run: shard-opt {e.value.repro_path} --pass-pipeline='builtin.module(boom)'" in msg
+    with open(e.value.repro_path) as f:
+        repro = f.read()
+    os.unlink(e.value.repro_path)
+    assert repro.startswith("// shard-opt: pass boom failed: RuntimeError: the pass broke")
+    assert "// RuntimeError: the pass broke" in repro  # the traceback, as comments
+    reread = ir.parse(repro)  # the IR right before the failing pass: add-mesh's mesh in it
+    assert 'sdy.mesh @mesh = <["batch"=2, "model"=4]>' in ir.print_module(reread)
+
+
+def test_a_step_failing_inside_shardy_propagate_is_reproduced_by_the_pass():
+    """MLIR failing inside shardy-propagate's own pipeline: the repro is the module before
+    shardy-propagate, and the command runs shardy-propagate on it (the inner step named)."""
+    module = ir.parse(MLP)
+    ctx = PassContext(mesh=Mesh.parse("2x4"), shardings={0: TensorSharding.of([["nope"], []])})
+    with pytest.raises(PassError) as e:
+        PassManager("builtin.module(add-mesh, apply-shardings, shardy-propagate{pipeline=sdy})", ctx).run(module)
+    msg = str(e.value)
+    assert "pass shardy-propagate failed" in msg and "sdy-propagation-pipeline" in msg
+    assert "--pass-pipeline='builtin.module(shardy-propagate{pipeline=sdy})'" in msg
+    with open(e.value.repro_path) as f:
+        repro = f.read()
+    os.unlink(e.value.repro_path)
+    assert '"nope"' in repro and "sdy.all_" not in repro  # sharded as given, not yet propagated
+
+
+def test_pipelines_shard_opt_runs_parse_to_registered_passes():
+    """Every pipeline shard-opt runs is text of registered passes (and MLIR's), and
+    shardy-propagate's own steps are too (shard_opt.pipelines)."""
+    from shard_opt import pipelines
+    from shard_opt.passes.shardy_propagate import ShardyPropagate
+
+    texts = [pipelines.prepare("tt-mlir"), pipelines.prepare("sdy"), pipelines.shared("tt-mlir", {"heads"}),
+             pipelines.candidate("tt-mlir"), pipelines.candidate("sdy", verify=True, annotate=True),
+             pipelines.probe(), pipelines.EXPORT_PREPARE, pipelines.export({"fused-split"}, composites="off"),
+             pipelines.script(decouple=True), pipelines.rebuilt("sdy")]
+    for p in ("tt-mlir", "sdy"):
+        texts.append("builtin.module(" + ", ".join(ShardyPropagate(pipeline=p).steps()) + ")")
+    for text in texts:
+        passes = parse_pipeline(text)
+        assert passes and parse_pipeline("builtin.module(" + ", ".join(x.pipeline_text() for x in passes) + ")") == passes
+    assert pipelines.candidate("tt-mlir") == (
+        "builtin.module(apply-shardings, apply-constraints, shardy-propagate{guard-opaque-ops=false "
+        "guard-moved-dims=false decouple-const-fanout=false verify=false}, collect-collectives{annotate=false})")
+    steps = ShardyPropagate().steps()
+    assert steps[:3] == ["insert-guards", "inline-calls", "decouple-const-fanout"]
+    assert steps.index("replicate-non-splittable") == steps.index("func.func(sdy-sharding-constraint-to-reshard)") + 1
+    assert steps[-1] == "merge-collectives"

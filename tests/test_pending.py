@@ -93,18 +93,19 @@ def test_a_model_hardly_bigger_than_its_2_block_copy_is_scored_whole():
 
 def test_limits_and_sites_read_from_the_1_layer_copy_are_the_whole_models():
     """A model scored from its copies reads its gather tables and constraint sites from its
-    1-layer copy (``safety.layer_copy``), so the search need not wait for the whole module:
+    1-layer copy (``layer_copy``), so the search need not wait for the whole module:
     they must be what the whole module gives."""
-    from shard_opt import safety
     from shard_opt.candidates import site_groups
+    from shard_opt.lowered import layer_copy
+    from shard_opt.rules.vocab_gather import gather_indexed_dims
 
     script = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "gqa_llama.py")
     model = frontends.load(script, layers=4)
     whole = dataclasses.replace(model, with_layers=None)  # read the module itself
-    assert safety.layer_copy(model) is not model and safety.layer_copy(whole) is whole
-    tables = safety.gather_indexed_dims(model)
-    assert tables and tables == safety.gather_indexed_dims(whole)
+    assert layer_copy(model) is not model and layer_copy(whole) is whole
+    tables = gather_indexed_dims(model)
+    assert tables and tables == gather_indexed_dims(whole)
     meshes = [Mesh((2, 4))]
-    short = safety.layer_copy(model)
+    short = layer_copy(model)
     sites = site_groups(short.text, meshes, {"data", "tensor", "sequence"}, short.arguments)
     assert sites and sites == site_groups(whole.text, meshes, {"data", "tensor", "sequence"}, whole.arguments)

@@ -1,6 +1,7 @@
 """The plan as one typed value: ``Plan.to_json`` / ``Plan.from_json`` round-trip real plans,
 and a plan JSON of another schema version (or none) is refused with one line."""
 
+import dataclasses
 import json
 import os
 
@@ -55,9 +56,9 @@ def test_records_are_dataclasses_written_back_byte_for_byte(real, name):
     p = plan_from_json(json.loads(text), where=name)
     assert dumps(p) == text
     for sub, data in zip(p.pipeline if isinstance(p, PipelinePlan) else [p], real[name].get("pipeline") or [real[name]]):
-        assert isinstance(sub.mesh, plan_mod.MeshRecord) and isinstance(sub.cost, plan_mod.Cost)
-        assert all(isinstance(a, plan_mod.Argument) for a in sub.arguments)
-        assert all(isinstance(c, plan_mod.Collective) for c in sub.collectives)
+        assert isinstance(sub.mesh, plan_mod.MeshRecord) and isinstance(sub.cost, plan_mod.CostRecord)
+        assert all(isinstance(a, plan_mod.ArgumentRecord) for a in sub.arguments)
+        assert all(isinstance(c, plan_mod.CollectiveRecord) for c in sub.collectives)
         for record, written in [(sub.mesh, data["mesh"]), (sub.cost, data["cost"]),
                                 *zip(sub.arguments, data["arguments"]), *zip(sub.collectives, data["collectives"])]:
             assert list(record.to_json()) == list(written), type(record).__name__
@@ -81,23 +82,28 @@ def test_fields_are_typed_values(real):
     p = Plan.from_json(real["mlp@2x4"])
     assert p.mesh == plan_mod.MeshRecord(shape=[2, 4], axes=["batch", "model"])
     assert p.cost.ccl_count == len(p.collectives) and p.collectives[0].kind and p.arguments[0].name
-    assert p.cost["ccl_count"] == len(p.collectives)
+    assert p.to_json()["cost"]["ccl_count"] == len(p.collectives)
     assert p.safety and p.robustness and p.guards is not None
-    assert p["cost"] is p.cost and p.get("kv_layout") is None and "kv_layout" not in p
-    with pytest.raises(KeyError):
-        p["kv_layout"]
+    assert p.kv_layout is None and "kv_layout" not in p.to_json()
     copy = p.to_json()
     copy["cost"]["total_us"] = -1.0  # to_json is a copy: the plan is unchanged
-    assert p.cost["total_us"] != -1.0
+    assert p.cost.total_us != -1.0
+    # one frozen value: its fields, its records and what they hold do not change
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.cost = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.cost.total_us = 1.0
+    with pytest.raises(TypeError):
+        p.baselines["megatron"]["total_us"] = 1.0
+    with pytest.raises((TypeError, AttributeError)):
+        p.collectives.append(p.collectives[0])
+    assert p.arguments[0].sharding.axis_names() == real["mlp@2x4"]["arguments"][0]["sharding"]
 
 
 def test_optional_fields_are_left_out_and_notes_append(real):
     p = Plan.from_json(real["mlp@2x4"])
-    p.notes = None
-    assert "notes" not in p.to_json()
-    p.note("one")
-    p.note("two")
-    assert p.to_json()["notes"] == ["one", "two"]
+    assert "notes" not in dataclasses.replace(p, notes=None).to_json()
+    assert dataclasses.replace(p, notes=["one", "two"]).to_json()["notes"] == ["one", "two"]
     assert p.to_json()["memory_fallback_reason"] is None  # required: written even when null
 
 

@@ -62,10 +62,10 @@ def test_pairs_are_reported_by_role(llama):
     assert {"kind": "attention", "column": ["model.layers.*.self_attn.q_proj.weight",
                                             "model.layers.*.self_attn.k_proj.weight",
                                             "model.layers.*.self_attn.v_proj.weight"],
-            "row": ["model.layers.*.self_attn.o_proj.weight"]} in pairs
+            "row": ["model.layers.*.self_attn.o_proj.weight"], "column_dims": [0, 0, 0], "row_dims": [1]} in pairs
     assert {"kind": "mlp", "column": ["model.layers.*.mlp.gate_proj.weight", "model.layers.*.mlp.up_proj.weight"],
-            "row": ["model.layers.*.mlp.down_proj.weight"]} in pairs
-    assert {"kind": "head", "column": ["lm_head.weight"], "row": []} in pairs
+            "row": ["model.layers.*.mlp.down_proj.weight"], "column_dims": [0, 0], "row_dims": [1]} in pairs
+    assert {"kind": "head", "column": ["lm_head.weight"], "row": [], "column_dims": [0], "row_dims": []} in pairs
 
 
 def test_few_kv_heads_stay_replicated(llama):
@@ -152,11 +152,11 @@ def test_a_bare_jax_mlp_has_its_weights_and_pair_found_from_the_graph(run_cli, t
     # contracted against relu(...), a computed activation
     kinds = [a.kind for a in load_mlir_text(src.read_text(), name="mlp", where="mlp").arguments]
     assert kinds == ["input", "param", "param"]
-    pair = [{"kind": "mlp", "column": ["%arg1"], "row": ["%arg2"]}]
+    pair = [{"kind": "mlp", "column": ["%arg1"], "row": ["%arg2"], "column_dims": [0], "row_dims": [1]}]
     for mesh in ("2x4", "1x8"):
         plan, err = _plan(run_cli, tmp_path, src, mesh, "--parallelism", "tensor")
         assert "nothing to split" not in err
-        assert plan["baselines"]["megatron"]["pairs"] == pair
+        assert plan["pairs"] == pair
         mega = plan["baselines"]["megatron"]
         assert mega["arguments"] == {"%arg1": [["model"], []], "%arg2": [[], ["model"]]}
         assert plan["cost"]["total_us"] <= min(mega["total_us"], plan["baselines"]["replicated"]["total_us"])
@@ -173,7 +173,8 @@ def test_a_bare_jax_mlp_with_biases():
     assert [(a.kind, a.shape) for a in lm.arguments] == [
         ("input", (8, 128, 1024)), ("param", (4096, 1024)), ("param", (1024, 4096)), ("param", (4096,)),
         ("param", (1024,))]
-    assert megatron_pairs(lm) == [{"kind": "mlp", "column": ["%arg1"], "row": ["%arg2"]}]
+    assert megatron_pairs(lm) == [{"kind": "mlp", "column": ["%arg1"], "row": ["%arg2"], "column_dims": [0],
+                                   "row_dims": [1]}]
 
 
 def test_gptj_lm_head_with_a_bias_is_an_output_head(run_cli, tmp_path):
@@ -182,12 +183,13 @@ def test_gptj_lm_head_with_a_bias_is_an_output_head(run_cli, tmp_path):
     # the tile rule is allowed here, so Megatron is priced (the structure is what is tested)
     plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "gptj_block.py"), "1x8", "--allow", "tile-columns")
     mega = plan["baselines"]["megatron"]
-    assert mega["pairs"] == [
+    assert plan["pairs"] == [
         {"kind": "attention", "column": ["transformer.h.*.attn.q_proj.weight", "transformer.h.*.attn.k_proj.weight",
                                          "transformer.h.*.attn.v_proj.weight"],
-         "row": ["transformer.h.*.attn.out_proj.weight"]},
-        {"kind": "mlp", "column": ["transformer.h.*.mlp.fc_in.weight"], "row": ["transformer.h.*.mlp.fc_out.weight"]},
-        {"kind": "head", "column": ["lm_head.weight"], "row": []}]
+         "row": ["transformer.h.*.attn.out_proj.weight"], "column_dims": [0, 0, 0], "row_dims": [1]},
+        {"kind": "mlp", "column": ["transformer.h.*.mlp.fc_in.weight"], "row": ["transformer.h.*.mlp.fc_out.weight"],
+         "column_dims": [0], "row_dims": [1]},
+        {"kind": "head", "column": ["lm_head.weight"], "row": [], "column_dims": [0], "row_dims": []}]
     assert mega["arguments"]["lm_head.weight"] == [["model"], []]
     assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]
     assert plan["cost"]["total_us"] <= mega["total_us"]
@@ -200,13 +202,15 @@ def test_a_residual_add_and_a_norm_end_a_pair(run_cli, tmp_path):
     # it is no column (b then has no partner)
     plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "renamed_swiglu.py"), "1x8")
     mega = plan["baselines"]["megatron"]
-    assert mega["pairs"] == [{"kind": "mlp", "column": ["c.weight", "g.weight"], "row": ["e.weight"]}]
+    assert plan["pairs"] == [{"kind": "mlp", "column": ["c.weight", "g.weight"], "row": ["e.weight"],
+                              "column_dims": [0, 0], "row_dims": [1]}]
     assert mega["arguments"] == {"c.weight": [["model"], []], "g.weight": [["model"], []], "e.weight": [[], ["model"]]}
     assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]
     # a LayerNorm alone between two projections ends the pair too; the last one, its
     # result returned through its bias add, is an output head
     ln = frontends.load(os.path.join(SCRIPTS, "layernorm_mlp.py"))
-    assert megatron_pairs(ln) == [{"kind": "head", "column": ["out.weight"], "row": []}]
+    assert megatron_pairs(ln) == [{"kind": "head", "column": ["out.weight"], "row": [], "column_dims": [0],
+                                   "row_dims": []}]
 
 
 def test_a_res_block_pairs_its_convolutions_across_a_group_norm(run_cli, tmp_path):
@@ -214,7 +218,8 @@ def test_a_res_block_pairs_its_convolutions_across_a_group_norm(run_cli, tmp_pat
     # conv1's output channels reach conv2's input channels: column -> row, one all_reduce
     plan, _ = _plan(run_cli, tmp_path, os.path.join(SCRIPTS, "unet_resblock.py"), "1x8")
     mega = plan["baselines"]["megatron"]
-    assert mega["pairs"] == [{"kind": "conv", "column": ["resnet.conv1.weight"], "row": ["resnet.conv2.weight"]}]
+    assert plan["pairs"] == [{"kind": "conv", "column": ["resnet.conv1.weight"], "row": ["resnet.conv2.weight"],
+                              "column_dims": [0], "row_dims": [1]}]
     assert mega["arguments"] == {"resnet.conv1.weight": [["model"], [], [], []],
                                  "resnet.conv2.weight": [[], ["model"], [], []]}
     assert mega["total_us"] < plan["baselines"]["replicated"]["total_us"]

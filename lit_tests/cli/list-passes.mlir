@@ -12,7 +12,10 @@
 // CHECK-NEXT: {{^  }}collect-collectives {{ +}}Collect Shardy's collectives
 // CHECK-NEXT: {{^  }}decouple-const-fanout {{ +}}Clone constant-fed broadcasts per use (tt-mlir's DecoupleConstFanoutPass)
 // CHECK-NEXT: {{^  }}inline-calls {{ +}}Inline func.call sites
+// CHECK-NEXT: {{^  }}insert-guards {{ +}}Constrain what Shardy would move implicitly
 // CHECK-NEXT: {{^  }}mark-fusions {{ +}}Tag the op groups tt-mlir runs as one kernel (attention, norms, softmax, RoPE, activations, linear)
+// CHECK-NEXT: {{^  }}merge-collectives {{ +}}Merge identical collectives on one value and erase unused ones
+// CHECK-NEXT: {{^  }}replicate-non-splittable {{ +}}Replicate the slices, iotas and constants SPMD cannot split
 // CHECK-NEXT: {{^  }}shardy-propagate {{ +}}Run Shardy propagation and insert explicit collectives
 // CHECK-NEXT: {{^  }}unfold-batch-matmul {{ +}}One dot_general per batched matmul, every batch dim kept (undo torch-mlir's reshape folding)
 // CHECK-NEXT: {{^  }}wrap-composites {{ +}}Wrap decomposed attention / RMSNorm / LayerNorm / GELU in tt-xla's tenstorrent.* composites

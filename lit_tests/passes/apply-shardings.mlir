@@ -1,7 +1,7 @@
 // RUN: shard-opt %s --split-input-file --pass-pipeline='builtin.module(add-mesh{shape=2x4}, apply-shardings{shardings=0:model/-,1:-/model})' | FileCheck %s
 
 // Column-parallel first weight, row-parallel second; the result is returned whole
-// (closed, replicated), the boundary rule of DESIGN.md.
+// (closed, replicated), the boundary rule of docs/design.md.
 // CHECK-LABEL: func.func @column_then_row
 // CHECK-SAME: %arg0: tensor<256x64xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"model"}, {}]>}
 // CHECK-SAME: %arg1: tensor<64x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"model"}]>}

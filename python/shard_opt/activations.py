@@ -106,7 +106,7 @@ def insert(module, arguments, key: str, constraint: ActivationConstraint, mesh_n
     """Constrain every value ``key`` names to ``constraint``'s specs, back to back;
     returns how many values were constrained."""
     from shard_opt.errors import UserError
-    from shard_opt.passes.shardy_propagate import constraint_op
+    from shard_opt.sdy import constraint_op
 
     irm = ir.ir()
     values = find_values(module, arguments, key)

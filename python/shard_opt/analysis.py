@@ -4,7 +4,7 @@ Input: a module after ``shardy-propagate`` (Shardy has written ``sdy.sharding`` 
 ops and inserted explicit collectives). Output: ``ModuleFacts``. Nothing here guesses a
 collective from a pattern: it only reads the ops Shardy put in the IR.
 
-What an op costs is what it reads and writes on one device (DESIGN.md "Principles"):
+What an op costs is what it reads and writes on one device (docs/design.md, "Principles"):
 
 - an operand is read where it is stored: through the free layout ops before it
   (reshape, transpose, convert, broadcast_in_dim), so a broadcast bias is read once at
@@ -30,11 +30,10 @@ import functools
 import math
 import re
 
-from shard_opt import ir, rules
-from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS
+from shard_opt import ir, kernels, rules
+from shard_opt.dataflow import CONSTANT_OPS, LAYOUT_OPS, MOVING_OPS
 from shard_opt.facts import DTYPE_BYTES, Collective, ModuleFacts, OpWork, dtype_bytes
 from shard_opt.sharding import AxisRef, Mesh, TensorSharding, parse_axis_refs
-from shard_opt.rules.fused_split import MOVING_OPS
 
 SDY_COLLECTIVES = {
     "sdy.all_reduce": "all_reduce",
@@ -45,8 +44,8 @@ SDY_COLLECTIVES = {
     "sdy.collective_permute": "collective_permute",
 }
 
-FUSED_ATTR = "shard_opt.fused"  # written by passes/mark_fusions.py
-SDPA_TARGETS = ("tt.scaled_dot_product_attention", "tenstorrent.scaled_dot_product_attention")
+FUSED_ATTR = kernels.FUSED_ATTR  # written by passes/mark_fusions.py
+SDPA_TARGETS = kernels.SDPA.custom_calls
 MATMUL_OPS = ("stablehlo.dot_general", "stablehlo.convolution")
 # ops whose bytes are not simply every operand read and every result written (_traffic)
 _CACHE_WRITES = ("stablehlo.concatenate", "stablehlo.dynamic_update_slice", "stablehlo.scatter")
@@ -384,7 +383,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
                 if base in stored:
                     fidelity = stored[base]
                     break
-        kind = ("cache_update" if name in _CACHE_WRITES and operands and operands[0] in cache_values
+        kind = (kernels.CACHE_UPDATE.kind if name in _CACHE_WRITES and operands and operands[0] in cache_values
                 else _kind(op, name))  # the KV append of a decode step (costmodel kernel class)
         facts.ops.append(OpWork(name, flops, bytes_in, bytes_out, wbytes, outs[0][1] if outs else "f32", index,
                                 kind, fidelity, _kv_len(op, operands, name, kind, local_of)))
@@ -397,6 +396,7 @@ def extract_facts(module, arg_kinds=None, *, storage: dict | None = None, return
     # after the walk, when every value's sharding and weight-ness is known
     walk.weight_values, walk.shard, walk.mesh = weight_values, shard, mesh
     facts.violations = rules.violations(walk)
+    facts.unpriced = tuple(v for v in facts.violations if v in rules.REPORTED)
     if routers:
         _route_experts(facts, routers, op_weight, args, local_of)
     for label, g in groups.items():
@@ -499,10 +499,6 @@ def _walk(op) -> list:
     return out[1:]  # not ``op`` itself
 
 
-# what a reduction is for, by the fused group that needs it
-_CAUSES = {"norm": "norm statistics", "softmax": "softmax statistics"}
-
-
 def _attributed(c: dict, op, owner_of: dict) -> dict:
     """The ``origin_arg`` and ``cause`` of collective ``c`` (its fields), attributed to the op
     that needs it: for a reduction, the op whose partial sums it completes (a norm's
@@ -524,13 +520,15 @@ def _attributed(c: dict, op, owner_of: dict) -> dict:
             if owner is None:
                 continue
             group, weight = owner
+            # what it is for, by the kernel that needs it (shard_opt.kernels)
+            k = kernels.of(group.kind) if group is not None else None
             cause = ""
-            if reduce and group is not None and group.kind in ("norm", "softmax"):
-                cause = _CAUSES[group.kind]
-            elif reduce and (name == "stablehlo.dot_general" or group is not None and group.kind == "linear"):
-                cause = "row-parallel partial sums"
-            elif group is not None and group.kind == "sdpa" and kind == "all_gather":
-                cause = "attention inputs"
+            if reduce and k is not None and k.reduction_cause and not k.is_matmul:
+                cause = k.reduction_cause  # a norm's or a softmax's statistics
+            elif reduce and (name == "stablehlo.dot_general" or k is not None and k.is_matmul and k.reduction_cause):
+                cause = kernels.MATMUL.reduction_cause
+            elif k is not None and k.gather_cause and kind == "all_gather":
+                cause = k.gather_cause
             if group is not None and group.weights:
                 return {"origin_arg": group.weights[0], "cause": cause}
             if weight is not None:
@@ -568,11 +566,12 @@ def _is_splat(op) -> bool:
 
 
 def _kind(op, name: str) -> str:
+    """The ``kernels`` kind of an op no fused group holds."""
     if name in MATMUL_OPS:
-        return "matmul"
+        return kernels.MATMUL.kind
     if name == "stablehlo.custom_call" and _target(op) in SDPA_TARGETS:
-        return "sdpa"
-    return "gather" if name == "stablehlo.gather" else ""
+        return kernels.SDPA.kind
+    return kernels.GATHER.kind if name == "stablehlo.gather" else ""
 
 
 def _kv_len(op, operands, name: str, kind: str, local_of) -> int:
@@ -691,11 +690,6 @@ def _axis_refs(attr) -> tuple[AxisRef, ...]:
 
 def _is_block(owner) -> bool:
     return type(owner).__name__ == "Block"
-
-
-def _attr_names(op) -> list[str]:
-    attrs = op.operation.attributes
-    return [attrs[i].name for i in range(len(attrs))]
 
 
 @functools.lru_cache(maxsize=4096)

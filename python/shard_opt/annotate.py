@@ -7,17 +7,14 @@ inserts the guards of the compiler-safety rules not turned off, and, with ``comp
 "on", wraps attention, LayerNorm and GELU in tt-xla's ``tenstorrent.*`` composites
 (``passes/wrap_composites.py``) as ``torch.compile(backend="tt")`` hands them to tt-mlir by
 default; "off" leaves every one flat, as tt-xla does with ``tt_enable_composite_ops`` False.
+The steps are the pipelines ``pipelines.EXPORT_PREPARE`` (once per model) and
+``pipelines.export`` (per plan), run by the pass manager.
 """
 
 from __future__ import annotations
 
-from shard_opt import ir
+from shard_opt import ir, pipelines
 from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.passes.add_mesh import AddMesh
-from shard_opt.passes.apply_constraints import ApplyConstraints
-from shard_opt.passes.apply_shardings import ApplyShardings
-from shard_opt.passes.shardy_propagate import insert_guards
-from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.passes.wrap_composites import wrap_composites
 
 FORMS = ("on", "off")  # tt-xla's composites on (its default) or off (tt_enable_composite_ops=False)
@@ -37,17 +34,15 @@ def annotate_many(model, mesh, plans: list[tuple[dict, dict | None]], allow: fro
     if composites not in FORMS:
         raise ValueError(f"composites must be one of {FORMS}, not {composites!r}")
     base = ir.parse(model.text, filename=model.name)
-    unfold_batch_matmul(base)
+    PassManager(pipelines.EXPORT_PREPARE, PassContext(arguments=model.arguments)).run(base)
+    # results carry their closed, replicated sharding: the boundary rule is part of the plan,
+    # so XLA, tt-mlir and --evaluate all see the same output gather
+    export = pipelines.export(allow, composites=composites)
     out = []
     for k, (shardings, constraints) in enumerate(plans):
         module = base if k == len(plans) - 1 else base.operation.clone()
         ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints or {})
-        # results carry their closed, replicated sharding: the boundary rule is part of the
-        # plan, so XLA, tt-mlir and --evaluate all see the same output gather
-        PassManager([AddMesh(), ApplyShardings(), ApplyConstraints()], ctx).run(module)
-        insert_guards(module, allow=allow, arguments=model.arguments)  # the guards of the rules not turned off
-        if composites == "on":
-            wrap_composites(module, arguments=model.arguments)
+        PassManager(export, ctx).run(module)
         out.append(ir.print_module(module))
     return out
 

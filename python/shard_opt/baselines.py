@@ -74,23 +74,30 @@ def megatron_shardings(model: LoweredModel, mesh: Mesh, axis: str | None = None,
 
 
 def megatron_pairs(model: LoweredModel, structure: Structure | None = None) -> list[dict]:
-    """The pairs the Megatron baseline splits, by role: ``[{"kind", "column", "row"}]``
-    (columns sharing a row weight listed together: q, k, v -> o)."""
+    """The pairs the Megatron baseline splits, by role: ``[{"kind", "column", "row",
+    "column_dims", "row_dims"}]`` (columns sharing a row weight listed together: q, k, v ->
+    o; the dims, per role listed, are the column's output features and the row's input
+    features, as the dataflow pairs them: the plan JSON's ``pairs``)."""
     st = structure if structure is not None else structure_of(model)
     role = {a.index: a.role for a in model.arguments}
     by_row: dict[tuple, dict] = {}
     for c, r, kind in st.pairs:
-        entry = by_row.setdefault((role[r[0]], kind), {"kind": kind, "column": [], "row": [role[r[0]]]})
+        entry = by_row.setdefault((role[r[0]], kind), {"kind": kind, "column": [], "row": [role[r[0]]],
+                                                       "column_dims": [], "row_dims": [r[1]]})
         if role[c[0]] not in entry["column"]:
             entry["column"].append(role[c[0]])
+            entry["column_dims"].append(c[1])
     out = list(by_row.values())
     experts = {}
     for a, b in st.experts:
-        experts.setdefault(role[b[0]], {"kind": "experts", "column": [], "row": [role[b[0]]]})
+        experts.setdefault(role[b[0]], {"kind": "experts", "column": [], "row": [role[b[0]]], "column_dims": [],
+                                        "row_dims": [b[1]]})
         if role[a[0]] not in experts[role[b[0]]]["column"]:
             experts[role[b[0]]]["column"].append(role[a[0]])
+            experts[role[b[0]]]["column_dims"].append(a[1])
     out += list(experts.values())
-    out += [{"kind": "head", "column": [role[h[0]]], "row": []} for h in dict.fromkeys(st.heads)]
+    out += [{"kind": "head", "column": [role[h[0]]], "row": [], "column_dims": [h[1]], "row_dims": []}
+            for h in dict.fromkeys(st.heads)]
     seen, unique = set(), []
     for p in out:
         key = (p["kind"], tuple(p["column"]), tuple(p["row"]))
@@ -102,10 +109,6 @@ def megatron_pairs(model: LoweredModel, structure: Structure | None = None) -> l
 
 def _split(rank: int, dim: int, axis: str) -> TensorSharding:
     return TensorSharding.of([[axis] if d == dim else [] for d in range(rank)])
-
-
-def replicated_shardings(model: LoweredModel) -> dict[int, TensorSharding]:
-    return {a.index: TensorSharding.replicated(len(a.shape)) for a in model.arguments}
 
 
 def autoshard_groups(model: LoweredModel, mesh: Mesh) -> list[Group]:

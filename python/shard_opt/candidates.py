@@ -4,7 +4,7 @@ A *group* is a set of arguments that move together: the same role across repeate
 layers (``model.layers.*.mlp.up_proj.weight``), so a 32-layer model has the search
 space of one layer. An *option* is one ``TensorSharding`` for every member.
 
-What may be split follows ``--parallelism`` (DESIGN.md), by what each dim *is*
+What may be split follows ``--parallelism`` (docs/design.md), by what each dim *is*
 (``dim_class``: one rule for arguments and for the intermediate values below):
 
 - a **batch** dim (family ``data``): dim 0 of an input or a KV cache;

@@ -1,4 +1,4 @@
-"""The ``shard-opt`` command line (DESIGN.md "Command-line contract").
+"""The ``shard-opt`` command line (docs/design.md, "Command-line contract").
 
 ``main(args=None)`` takes its arguments as a list so tests drive it in-process.
 Exit status: 0 success; 1 user error (one line on stderr); 2 internal error (with the
@@ -8,8 +8,8 @@ whose partitioned program computes the unsharded model's answer (every output wr
 marked NOT DELIVERABLE: ``shard_opt.deliverable``). Output files are written only on
 success (or exit 3 or 4), all or none, each atomically (a temporary file renamed into place).
 
-Only the standard library and ``shard_opt.errors`` / ``shard_opt.timing`` are imported
-here at start-up: jax comes with the passes, torch with a load script or zoo model,
+Only the standard library, ``shard_opt.errors`` / ``shard_opt.timing`` and the rule
+registry (``shard_opt.rules``, for ``--allow``'s help) are imported here at start-up: jax comes with the passes, torch with a load script or zoo model,
 matplotlib with ``--report`` (``python -X importtime -m shard_opt.cli --help``).
 ``SHARD_OPT_TIMINGS=FILE`` writes the wall seconds of each phase as JSON (``timing``).
 """
@@ -21,6 +21,7 @@ import time
 _CLI_START = time.perf_counter()  # python's start-up ends here; the rest of "import" follows
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import sys  # noqa: E402
@@ -98,10 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-collective-permute", action="store_true",
                    help="price collective_permute instead of rejecting it (tt-mlir issue 3370); "
                         "the same as --allow collective-permute")
+    from shard_opt.rules import IDS as RULE_IDS  # the rule registry (no jax: its modules import it lazily)
+
     p.add_argument("--allow", metavar="RULE[,RULE...]",
-                   help="turn off compiler-safety rules (shard_opt/rules/): residual-stream, vocab-gather, "
-                        "heads, conv-spatial, collective-permute, fused-split, reshape-constraint, tile-aligned, "
-                        "tile-columns, one-axis-contraction")
+                   help="turn off compiler-safety rules, one file each in shard_opt/rules/: "
+                        + ", ".join(RULE_IDS))
     p.add_argument("--spec", metavar="SPEC.py|SPEC.json",
                    help="your own shard spec (load_shard_spec(model) in a .py, or {name: spec} JSON), priced "
                         "as the loader-spec baseline (and alone with --evaluate)")
@@ -261,7 +263,7 @@ def _run_parsed(ns) -> int:
         from shard_opt.pass_manager import list_passes
 
         for name, summary in list_passes():
-            out.write(f"  {name:24s} {summary}\n")
+            out.write(f"  {name:26s} {summary}\n")
         return 0
     if ns.list_systems:
         from shard_opt import costmodel
@@ -306,6 +308,11 @@ def _run_parsed(ns) -> int:
 
     if ns.pass_pipeline:
         return _run_pipeline(ns, meshes)
+    for spec, m in zip(ns.mesh, meshes):
+        m.check_supported()  # a mesh tt-mlir refuses is refused before any model is lowered
+        if "x" not in spec.lower() and not ns.quiet:  # a bare N: say how it was read
+            sys.stderr.write(f"shard-opt: --mesh {spec} is read as {m.spec}: a line of {m.num_devices} chips on "
+                             f"the '{m.axes[-1]}' axis (tt-mlir's meshes are 2-D; write --mesh {m.spec} to say so)\n")
 
     with timing.phase("import"):
         from shard_opt import frontends
@@ -351,46 +358,52 @@ def _run_parsed(ns) -> int:
                    allow_collective_permute="collective-permute" in allow, progress=not ns.quiet,
                    propagation=ns.propagation, weights=weights, allow=frozenset(allow),
                    check=_check_wanted(ns))
+    from shard_opt.build import Extras, build_pipeline_plan, build_plan
+
+    chosen = None
     if ns.evaluate:
         if len(models) > 1:
             raise UserError("--evaluate takes one INPUT")
         with timing.phase("optimize"):
             outcomes = [evaluate_existing(models[0], opts)]
-        plan_json = outcomes[0].plan
+        extras = [Extras()]
         main_text = outcomes[0].propagated_text
     else:
         if not meshes and not ns.devices:
             raise UserError("no target mesh: pass --mesh RxC (e.g. --mesh 2x4) or --devices N")
         _refuse_partitioned(models)
         with timing.phase("optimize"):
-            outcomes, plan_json = _optimize_all(models, opts, ns)
+            outcomes, extras, chosen = _optimize_all(models, opts, ns)
         main_text = outcomes[0].annotated_text
 
-    failed = []
     if ns.verify_numerics:
         with timing.phase("verify"):
-            failed = _verify_numerics(outcomes)
-        if len(outcomes) > 1:
-            plan_json.numerics = {"passed": not failed, "failed": [o.model.name for o in failed]}
+            extras = [dataclasses.replace(e, **_verify_numerics(o)) for o, e in zip(outcomes, extras)]
+    # each model's plan, built once, with what the run adds after the search (build.Extras)
+    plans = [build_plan(o.parts, e) for o, e in zip(outcomes, extras)]
+    failed = [o for o, p in zip(outcomes, plans) if p.numerics and not p.numerics["passed"]]
+    plan_json = plans[0] if len(plans) == 1 else build_pipeline_plan(
+        plans, chosen["slowest"], why=chosen["why"], choice=chosen["choice"],
+        failed=[o.model.name for o in failed] if ns.verify_numerics else None)
 
     with timing.phase("emit"):
-        _emit_outputs(ns, outcomes, plan_json, main_text)
+        _emit_outputs(ns, outcomes, plans, plan_json, main_text)
     if not ns.quiet:
-        for o in outcomes:
-            sys.stderr.write(summary_line(o.plan) + "\n")
+        for p in plans:
+            sys.stderr.write(summary_line(p) + "\n")
         line = cache_line([m.source for m in models])
         if line:
             sys.stderr.write(line + "\n")
-    undeliverable = _not_deliverable(outcomes)
-    if failed:  # DESIGN.md: exit 3, the outputs written and marked failed
-        wrong = "; ".join(f"{o.model.name}: the sharded program does not match the unsharded one "
-                          f"(max abs err {o.plan.numerics['max_abs_err']:.3g}, max rel err "
-                          f"{o.plan.numerics['max_rel_err']:.3g})" for o in failed)
+    undeliverable = _not_deliverable(plans)
+    if failed:  # docs/design.md: exit 3, the outputs written and marked failed
+        wrong = "; ".join(f"{p.model}: the sharded program does not match the unsharded one "
+                          f"(max abs err {p.numerics['max_abs_err']:.3g}, max rel err "
+                          f"{p.numerics['max_rel_err']:.3g})" for p in plans if p.numerics and not p.numerics["passed"])
         sys.stderr.write(f"shard-opt: error: numerics: {wrong}; outputs written, marked failed "
                          f"(plan numerics.passed false); check the plan with --evaluate or report it\n")
         return 3
     if undeliverable:  # exit 4: the tt-mlir check found no plan it compiles and computes right
-        what = "; ".join(f"{o.model.name}: {v.words()}" for o, v in undeliverable)
+        what = "; ".join(f"{p.model}: {v.words()}" for p, v in undeliverable)
         sys.stderr.write(f"shard-opt: error: tt-mlir: no deliverable plan: {what}; outputs written, marked NOT "
                          f"DELIVERABLE (plan checks.tt_mlir.verdict.deliverable false)\n")
         return 4
@@ -441,29 +454,29 @@ def _serve(ns, axes, parallelism, weights, allow) -> int:
                   layers=ns.layers, dtype=ns.dtype, spec=ns.spec, quiet=ns.quiet)
     with timing.phase("optimize"):
         dep = deploy(req)
-    from shard_opt.plan import PipelinePlan
+    from shard_opt.build import build_pipeline_plan
 
     outcomes = [dep.prefill, dep.decode]
-    plan = PipelinePlan(pipeline=[o.plan for o in outcomes], mesh=dep.decode.plan.mesh,
-                        slowest=dep.decode.plan.model, serving=dep.record)
+    plans = [o.plan for o in outcomes]
+    plan = build_pipeline_plan(plans, plans[1].model, serving=dep.record)
     if dep.config.mode == "colocated":  # one copy of the weights serves both phases: one script
-        torch_files = [(dep.decode, ns.emit_torch)] if ns.emit_torch else []
+        torch_files = [((dep.decode, plans[1]), ns.emit_torch)] if ns.emit_torch else []
     else:
-        torch_files = [(o, per_model_path(ns.emit_torch, k)) for o, k in zip(outcomes, SERVE_KEYS)] \
+        torch_files = [((o, p), per_model_path(ns.emit_torch, k)) for o, p, k in zip(outcomes, plans, SERVE_KEYS)] \
             if ns.emit_torch else []
     with timing.phase("emit"):
-        _emit_outputs(ns, outcomes, plan, None, keys=SERVE_KEYS, torch_files=torch_files)
+        _emit_outputs(ns, outcomes, plans, plan, None, keys=SERVE_KEYS, torch_files=torch_files)
     if not ns.quiet:
-        for o in outcomes:
-            sys.stderr.write(summary_line(o.plan) + "\n")
+        for p in plans:
+            sys.stderr.write(summary_line(p) + "\n")
         sys.stderr.write(serve_line(dep.record) + "\n")
         line = cache_line([source.startswith("zoo:") and "zoo" or "pytorch"])
         if line:
             sys.stderr.write(line + "\n")
-    undeliverable = _not_deliverable(outcomes)
+    undeliverable = _not_deliverable(plans)
     if undeliverable:  # exit 4, as any plan: the tt-mlir check found no plan of a phase it compiles and computes right
-        what = "; ".join(f"{k} ({o.model.name}): {v.words()}" for (o, v), k in
-                         ((x, SERVE_KEYS[outcomes.index(x[0])]) for x in undeliverable))
+        what = "; ".join(f"{k} ({p.model}): {v.words()}" for (p, v), k in
+                         ((x, SERVE_KEYS[plans.index(x[0])]) for x in undeliverable))
         sys.stderr.write(f"shard-opt: error: tt-mlir: no deliverable plan: {what}; outputs written, marked NOT "
                          f"DELIVERABLE (plan checks.tt_mlir.verdict.deliverable false)\n")
         return 4
@@ -489,15 +502,15 @@ def serve_line(r: dict) -> str:
     return line
 
 
-def _not_deliverable(outcomes) -> list:
-    """(outcome, verdict) of each model whose tt-mlir check found nothing deliverable."""
+def _not_deliverable(plans) -> list:
+    """(plan, verdict) of each model whose tt-mlir check found nothing deliverable."""
     from shard_opt.verdict import of as verdict_of
 
     out = []
-    for o in outcomes:
-        v = verdict_of(o.plan)
+    for p in plans:
+        v = verdict_of(p)
         if v is not None and v.checked and not v.deliverable:
-            out.append((o, v))
+            out.append((p, v))
     return out
 
 
@@ -628,12 +641,12 @@ def _marked(text: str, plan) -> str:
     return head + text
 
 
-def _emit_outputs(ns, outcomes, plan_json, main_text, keys=None, torch_files=None) -> None:
+def _emit_outputs(ns, outcomes, plans, plan_json, main_text, keys=None, torch_files=None) -> None:
     """Every deliverable the flags ask for, written all or none (``_write_all``). A pipeline
     (several outcomes) writes each model's module, script and lit test to its own file
     (``per_model_path``); the plan JSON and the report hold every model. ``keys``: the
     models' names in file names (default ``file_keys``); ``torch_files``: the scripts to
-    write, (outcome, path), instead of one per model (``--serve``)."""
+    write, ((outcome, plan), path), instead of one per model (``--serve``)."""
     out = sys.stdout
     files: list[tuple[str, str | bytes]] = []
     from shard_opt.plan import dumps
@@ -643,8 +656,8 @@ def _emit_outputs(ns, outcomes, plan_json, main_text, keys=None, torch_files=Non
     keys = keys or (file_keys([o.model.name for o in outcomes]) if pipeline else [None])
 
     def each(path: str):
-        for o, key in zip(outcomes, keys):
-            yield o, (path if key is None else per_model_path(path, key))
+        for o, p, key in zip(outcomes, plans, keys):
+            yield (o, p), (path if key is None else per_model_path(path, key))
 
     if ns.plan_json:
         files.append((ns.plan_json, dumps(plan_json)))
@@ -657,23 +670,23 @@ def _emit_outputs(ns, outcomes, plan_json, main_text, keys=None, torch_files=Non
         frontier = _frontier_path(ns.report) if serving and ns.report != "-" else None
         files.append((ns.report, render_report(plan_json, png_path=(pngs if pipeline else pngs[0]) if pngs else None,
                                                frontier_png=os.path.basename(frontier) if frontier else None)))
-        files += [(png, _chart_bytes(write_ccl_chart, o.plan)) for o, png in charts]
+        files += [(png, _chart_bytes(write_ccl_chart, p)) for (_, p), png in charts]
         if frontier:
             from shard_opt.emit.report import write_frontier_chart
 
             files.append((frontier, _chart_bytes(write_frontier_chart, plan_json)))
     if ns.emit_torch:
-        files += [(path, _emit_torch(o)) for o, path in (torch_files if torch_files is not None
-                                                          else each(ns.emit_torch))]
+        files += [(path, _emit_torch(o, p)) for (o, p), path in (torch_files if torch_files is not None
+                                                                  else each(ns.emit_torch))]
     if ns.emit_lit_test:
         from shard_opt.emit.lit_test import emit_lit_test
 
         run_args = " ".join(f"--mesh {m}" for m in ns.mesh) if ns.mesh else ""
-        files += [(path, _marked(emit_lit_test(o.annotated_text, o.plan, run_args=run_args), o.plan))
-                  for o, path in each(ns.emit_lit_test)]
-    modules = [_marked(main_text, outcomes[0].plan)] if not pipeline else [
-        _marked(f"// shard-opt: model {o.model.name}{f' ({k})' if serving_run else ''}\n{o.annotated_text}",
-                o.plan) for o, k in zip(outcomes, keys)]
+        files += [(path, _marked(emit_lit_test(o.annotated_text, p, run_args=run_args), p))
+                  for (o, p), path in each(ns.emit_lit_test)]
+    modules = [_marked(main_text, plans[0])] if not pipeline else [
+        _marked(f"// shard-opt: model {o.model.name}{f' ({k})' if serving_run else ''}\n{o.annotated_text}", p)
+        for o, p, k in zip(outcomes, plans, keys)]
     if ns.output:
         files += [(path, text) for (_, path), text in zip(each(ns.output), modules)]
     for data in [d for p, d in files if p == "-"]:
@@ -685,7 +698,10 @@ def _emit_outputs(ns, outcomes, plan_json, main_text, keys=None, torch_files=Non
 
 
 def _optimize_all(models, opts, ns):
-    """One model or a pipeline; one mesh, several (one plan for all), or --devices N."""
+    """One model or a pipeline; one mesh, several (one plan for all), or --devices N: the
+    outcomes kept, what each plan gets from the choice (``build.Extras``: the mesh
+    ``--devices`` chose and why), and the choice itself (None without ``--devices``)."""
+    from shard_opt.build import Extras
     from shard_opt.driver import optimize
     from shard_opt.sharding import Mesh
 
@@ -702,9 +718,11 @@ def _optimize_all(models, opts, ns):
         trials.append((slowest.plan.cost.total_us or float("inf"), shape, outs, slowest))
     best = min(trials, key=lambda t: t[0])
     _, shape, outs, slowest = best
-    for o in outs:
-        _note_nothing_to_split(o.plan, opts.parallelism)
-    why = choice = None
+    for o in outs:  # replicated by necessity, not because splits lost: said loudly
+        if o.parts.explanation.nothing_to_split:
+            sys.stderr.write(f"shard-opt: WARNING: {o.model.name}: {o.parts.explanation.nothing_to_split}\n")
+    chosen = {"slowest": slowest.model.name, "why": None, "choice": None}
+    extras = [Extras() for _ in outs]
     if len(trials) > 1:
         parts = [f"{t[1].spec}: slowest model {t[0]:.1f} us" for t in trials]
         why = (f"--devices {ns.devices}: chose {shape.spec} (best for the slowest model, "
@@ -713,23 +731,16 @@ def _optimize_all(models, opts, ns):
         choice = {"devices": ns.devices, "chosen": shape.spec, "slowest": slowest.model.name,
                   "trials": [{"mesh": t[1].spec, "slowest": t[3].model.name,
                               "slowest_us": t[0] if t[0] != float("inf") else None} for t in trials]}
-        for o in outs:
-            o.plan.note(why)
-            o.plan.mesh_choice = choice
-    if len(outs) == 1:
-        return outs, outs[0].plan
-    from shard_opt.plan import PipelinePlan
-
-    plan = PipelinePlan(pipeline=[o.plan for o in outs], mesh=outs[0].plan.mesh, slowest=slowest.model.name,
-                        notes=[why] if why else None, mesh_choice=choice)
-    return outs, plan
+        chosen.update(why=why, choice=choice)
+        extras = [Extras(notes=(why,), mesh_choice=choice) for _ in outs]
+    return outs, extras, chosen
 
 
 def _refuse_partitioned(models) -> None:
     """A search starts from the module before partitioning: one whose collectives are
     explicit (``--evaluate``'s ``-o`` module) would be propagated again, and Shardy would
     reduce its partial sums twice (``evaluate.is_partitioned``)."""
-    from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS
+    from shard_opt.sdy import COLLECTIVE_OPS
 
     for m in models:
         text = getattr(m, "text", None) if getattr(m, "source", None) == "mlir" else None
@@ -737,22 +748,6 @@ def _refuse_partitioned(models) -> None:
             raise UserError(f"{m.name}: the module's collectives are already explicit (a partitioned module, "
                             f"such as the -o module of --evaluate); search from the module before partitioning, "
                             f"or price this one with --evaluate")
-
-
-def _note_nothing_to_split(plan, parallelism) -> None:
-    """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
-    is replicated by necessity, not because splits lost. Say so in the plan and on stderr."""
-    meshes = plan.meshes or [plan.mesh]
-    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m.axes, m.shape) if n > 1})
-    if plan.groups or not sizes:
-        return
-    note = (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
-            f"by a mesh axis ({', '.join(sizes)}), so every argument is replicated and each chip runs the whole "
-            f"model; to shard it, choose a mesh whose axis sizes divide the model's dimensions"
-            + ("" if set(parallelism) >= {"tensor", "sequence", "data"} else " or allow more --parallelism"))
-    plan.strategy = "replicated (nothing can be split on this mesh)"
-    plan.note(note)
-    sys.stderr.write(f"shard-opt: WARNING: {plan.model}: {note}\n")
 
 
 def _with_meshes(opts, meshes):
@@ -808,52 +803,41 @@ def _read_text(source: str, what: str) -> str:
         raise UserError(f"{source}: not a text file (offset {e.start} is not UTF-8); give the {what} as text") from None
 
 
-def _verify_numerics(outcomes) -> list:
-    """Run each plan sharded and unsharded on virtual XLA devices, and compare the
-    collectives XLA's own partitioner compiled with the ones shard-opt priced. Every
-    model is checked; returns the outcomes whose numerics failed (``plan["numerics"]
-    ["passed"]`` false: the run ends with exit 3 after writing the outputs, marked)."""
+def _verify_numerics(o) -> dict:
+    """Run a plan sharded and unsharded on virtual XLA devices, and compare the collectives
+    XLA's own partitioner compiled with the ones shard-opt priced: the plan's ``numerics``
+    and ``xla_crosscheck`` (``build.Extras`` fields). Every model is checked; one whose
+    numerics failed (``passed`` false) ends the run with exit 3 after writing the outputs,
+    marked."""
     from shard_opt import verify
 
-    failed = []
-    for o in outcomes:
-        n = 1
-        for s in o.plan.mesh.shape:
-            n *= s
-        res = verify.verify_numerics(o.annotated_text, num_devices=n)
-        o.plan.numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err,
-                              "max_rel_err": res.max_rel_err, "rtol": res.rtol, "atol": res.atol,
-                              "num_devices": res.num_devices, "seed": res.seed, "reference": res.reference}
-        sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
-        if not res.passed:
-            failed.append(o)
-        comparison = verify.compare_collectives(o.plan.collectives, verify.xla_collectives(o.annotated_text, n))
-        o.plan.xla_crosscheck = {
-            "agrees": comparison.agrees, "matched": len(comparison.matched),
-            "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences],
-        }
-        sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
-    return failed
+    n = 1
+    for s in o.plan.mesh.shape:
+        n *= s
+    res = verify.verify_numerics(o.annotated_text, num_devices=n)
+    numerics = {"passed": res.passed, "max_abs_err": res.max_abs_err, "max_rel_err": res.max_rel_err,
+                "rtol": res.rtol, "atol": res.atol, "num_devices": res.num_devices, "seed": res.seed,
+                "reference": res.reference}
+    sys.stderr.write(f"shard-opt: numerics: {o.model.name}: {res.summary()}\n")
+    comparison = verify.compare_collectives(o.plan.collectives, verify.xla_collectives(o.annotated_text, n))
+    xla = {"agrees": comparison.agrees, "matched": len(comparison.matched),
+           "differences": [{"explained": d.explained, "reason": d.reason} for d in comparison.differences]}
+    sys.stderr.write("shard-opt: XLA partitioner: " + comparison.report().replace("\n", "\nshard-opt:   ") + "\n")
+    return {"numerics": numerics, "xla_crosscheck": xla}
 
 
-def _emit_torch(outcome) -> str:
+def _emit_torch(outcome, plan) -> str:
     model = outcome.model
-    if model.source == "jax":
-        from shard_opt.emit.jax_code import emit_jax
-
-        return emit_jax(outcome.plan)
     _check_torch_source(model)
     from shard_opt.emit.torch_script import emit_torch
 
     with open(model.script_path) as f:
-        return _in_script(model, emit_torch, f.read(), outcome.plan, loader=model.meta.get("loader"))
+        return _in_script(model, emit_torch, f.read(), plan, loader=model.meta.get("loader"))
 
 
 def _check_torch_source(model) -> None:
     """Before the search: the input is a load script and the emitter finds where to write
     the plan into it (``torch_script.emit_target``), so --emit-torch cannot fail at the end."""
-    if model.source == "jax":
-        return
     if not model.script_path:
         raise UserError(f"--emit-torch needs a PyTorch load script input; {model.name} is a {model.source} input "
                         f"(for .mlir the annotated module is the deliverable: use -o)")

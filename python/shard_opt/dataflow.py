@@ -41,6 +41,30 @@ ELEMENTWISE_OPS = frozenset({
 
 CONSTANT_OPS = frozenset({"stablehlo.constant", "sdy.constant", "arith.constant", "stablehlo.iota"})
 
+# Ops that move data between positions along some dims (``moved_dims_of``): split there,
+# a device would need another device's data.
+MOVING_OPS = ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse")
+
+
+def moved_dims_of(op) -> list[int]:
+    """Dims along which ``op`` (one of ``MOVING_OPS``, an MLIR operation) moves data between
+    positions: what a slice cuts, a pad pads, a reverse reverses."""
+    name = op.operation.name
+    tt = ir.tensor_type(op.operands[0].type) if op.operands else None
+    if tt is None:
+        return []
+    shape = tt[0]
+    attrs = op.attributes
+    if name == "stablehlo.slice":
+        start, limit, strides = (list(attrs[k]) for k in ("start_indices", "limit_indices", "strides"))
+        return [d for d in range(len(shape)) if start[d] != 0 or limit[d] != shape[d] or strides[d] != 1]
+    if name == "stablehlo.pad":
+        lo, hi, inner = (list(attrs[k]) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
+        return [d for d in range(len(shape)) if lo[d] or hi[d] or inner[d]]
+    if name == "stablehlo.reverse":
+        return sorted(set(attrs["dimensions"]))
+    return []
+
 
 @dataclass
 class Value:

@@ -102,21 +102,6 @@ class Checked:
     def composites(self) -> str:
         return self.verdict.composites
 
-    def attach(self, plan) -> None:
-        check = {**self.plan_check, "verdict": self.verdict.to_json()}
-        if self.trials:
-            check["finalists"] = self.trials
-        plan.checks = {**(plan.checks or {}), "tt_mlir": check}
-        if "checked_us" in check:
-            plan.cost.checked_us = check["checked_us"]
-        for name, b in self.baselines.items():
-            if name in plan.baselines:
-                plan.baselines[name]["tt_mlir"] = b
-                if "checked_us" in b:
-                    plan.baselines[name]["checked_us"] = b["checked_us"]
-        if self.note:
-            plan.note(self.note)
-
 
 def _short(error: str | None, n: int = 300) -> str:
     e = " ".join((error or "no error message").split())
@@ -142,7 +127,7 @@ def check_search(model, mesh, system, cm, groups, assignment, final, result, bas
 
 
 def _check_search(run, groups, assignment, final, result, baselines, mega, user) -> Checked:
-    from shard_opt.plan import checkable
+    from shard_opt.build import checkable
     from shard_opt.ttmlir import check as ttc
     from shard_opt.ttmlir import numerics as num
 
@@ -280,7 +265,7 @@ class _Run:
         """Annotate and compile ``trials`` (composites on); each tt-mlir refuses for a
         composite is compiled again with every composite flat, a trial of its own. Returns
         every trial compiled, summarized."""
-        from shard_opt.plan import checkable
+        from shard_opt.build import checkable
         from shard_opt.ttmlir import check as ttc
 
         allow = self.evaluator.allow
@@ -494,12 +479,12 @@ def _changed(model, base: dict, other: dict) -> dict:
 # --evaluate: the given plan alone
 # ---------------------------------------------------------------------------------
 
-def check_evaluated(model, mesh, system, cm, final, annotated: str, plan, *, stream=None,
-                    progress: bool = True) -> Verdict:
+def check_evaluated(model, mesh, system, cm, final, annotated: str, *, stream=None,
+                    progress: bool = True) -> Checked:
     """The tt-mlir check of an evaluated plan (``--evaluate``): ``annotated``, the module as
     given (its composites, or none), compiled by tt-mlir and its program run against the
-    unsharded model, into ``plan.checks["tt_mlir"]``; nothing to choose between."""
-    from shard_opt.plan import checkable
+    unsharded model, as a ``Checked`` (its ``plan_check`` the plan's ``checks.tt_mlir``);
+    nothing to choose between."""
     from shard_opt.ttmlir import check as ttc
 
     stream = stream or sys.stderr
@@ -507,16 +492,15 @@ def check_evaluated(model, mesh, system, cm, final, annotated: str, plan, *, str
     ok, why = ttc.status()
     if not ok:
         stream.write(f"shard-opt: tt-mlir check skipped: {why}\n")
-        plan.checks = {**(plan.checks or {}), "tt_mlir": {**ttc.skipped(why), "verdict": not_checked(why).to_json()}}
-        return not_checked(why)
+        return Checked(None, final, ttc.skipped(why), not_checked(why))
     if progress:
         stream.write("shard-opt: tt-mlir: compiling the evaluated plan (--no-check skips this)\n")
     with _Run(model, mesh, system, cm, {}, stream, progress) as run:
-        return _check_evaluated(run, final, annotated, plan, t0)
+        return _check_evaluated(run, final, annotated, t0)
 
 
-def _check_evaluated(run, final, annotated: str, plan, t0: float) -> Verdict:
-    from shard_opt.plan import checkable
+def _check_evaluated(run, final, annotated: str, t0: float) -> Checked:
+    from shard_opt.build import checkable
     from shard_opt.ttmlir import check as ttc
 
     model, mesh, system, cm, stream, progress = run.model, run.mesh, run.system, run.cm, run.stream, run.progress
@@ -534,11 +518,7 @@ def _check_evaluated(run, final, annotated: str, plan, t0: float) -> Verdict:
     chk.update({"composites": verdict.composites, "verdict": verdict.to_json(),
                 "numerics": t.numerics.to_json() if t.numerics is not None else None,
                 "check_seconds": round(time.perf_counter() - t0, 3)})
-    plan.checks = {**(plan.checks or {}), "tt_mlir": chk}
-    if "checked_us" in chk:
-        plan.cost.checked_us = chk["checked_us"]
-    if not verdict.deliverable:
-        plan.note(f"tt-mlir check: {verdict.words()}; do not deploy the plan as it is")
+    note = None if verdict.deliverable else f"tt-mlir check: {verdict.words()}; do not deploy the plan as it is"
     if progress:
         stream.write(ttc.line(chk) + "\n")
-    return verdict
+    return Checked(None, final, chk, verdict, annotated, note=note)

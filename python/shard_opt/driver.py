@@ -1,35 +1,42 @@
-"""From a lowered model to a plan: search (or evaluate), baselines, memory fallback.
+"""From a lowered model to what its plan is built from: search (or evaluate), baselines,
+memory fallback, the tt-mlir check.
 
-``optimize`` is the main job (the orchestration: baselines, search, memory fallback, the
-tt-mlir check and its re-rank); the explanation the plan carries is written by
-``shard_opt.explain``. ``evaluate_existing`` prices the shardings already in an
-annotated module (``--evaluate``). Both return an ``Outcome`` with the ``Plan`` and the
-module texts the emitters need.
+``optimize`` is the main job, in one straight line: the setting, the baselines (priced
+first: they seed the search), the search and its memory fallback, the whole-model
+evaluation, the baselines re-priced on the whole model, the tt-mlir check and its re-rank,
+the neighbourhood of the plan priced once (``search.price_neighbourhood``), the
+explanation (``shard_opt.explain``, which prices nothing), the ``-o`` module.
+``evaluate_existing`` prices the shardings already in an annotated module
+(``--evaluate``). Both return an ``Outcome``: what the plan is built from
+(``build.PlanParts``) and the module texts the emitters need; the plan itself is built
+once, by ``build.build_plan``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
 from dataclasses import dataclass, field
 
 from shard_opt import analysis, costmodel, ir, parallel, safety, timing
-from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_pairs, megatron_shardings
+from shard_opt.baselines import ONE_AXIS, LoaderSpec, autoshard_groups, loader_spec, megatron_shardings
 from shard_opt.candidates import PARALLELISM, Group, make_groups, site_groups
-from shard_opt.errors import PassError, UserError
+from shard_opt.errors import UserError
+from shard_opt.evaluation import Candidate
 from shard_opt.evaluate import (
     Evaluator, LayeredEvaluator, Score, constraints_for, group_members, is_partitioned, shardings_by_role,
     shardings_for,
 )
-from shard_opt.lowered import LoweredModel, PendingModel, same_arguments
+from shard_opt.lowered import LoweredModel, PendingModel, layer_copy, same_arguments
 from shard_opt.annotate import annotate
-from shard_opt.explain import (
-    Baselines, Found, Rules, Setting, _note_guards, _note_weights, _space, explain, layer_bill, note_refusal,
-)
-from shard_opt.plan import Plan, build_plan, collective_entry, score_dict
+from shard_opt.build import PlanParts, build_plan, collective_entry, tt_mlir_check
+from shard_opt.explain import Baselines, Found, Rules, Setting, _space, explain, explain_evaluated, score_dict
+from shard_opt.plan import Plan
 from shard_opt.search import (
-    Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, make_scorer, search,
+    Progress, assignment_of, conv_weight_indices, final_evaluation, fit_first, layer_bill, make_scorer,
+    price_neighbourhood, search,
 )
 from shard_opt.sharding import Mesh, TensorSharding
 from shard_opt.structure import structure_of
@@ -57,12 +64,20 @@ class Options:
         return {"pipeline": self.propagation, "weights": self.weights, "allow": self.allow}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
-    plan: Plan
+    """A run on one model: what its plan is built from (``parts``), the ``-o`` module and
+    the propagated one. ``plan`` is the plan as the run left it; the command line builds
+    the one it writes with what it adds after the run (``build.Extras``)."""
+
+    parts: PlanParts
     annotated_text: str  # input module + sdy.mesh + the plan's argument shardings
     propagated_text: str  # after Shardy, with explicit collectives and accounting attrs
     model: LoweredModel
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        return build_plan(self.parts)
 
 
 @dataclass
@@ -125,13 +140,12 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     mega_written = megatron_shardings(model, mesh, structure=structure)
     mega, _ = _within_limits(model, mega_written, limit, meshes)
     baselines, autoshard, user, user_kept = {}, None, None, None
-    priced_by: dict = {}  # baseline -> what its figures price ({"figure"|"as_written": (shardings, constraints)})
+    priced_by: dict = {}  # baseline -> what its figures price ({"figure"|"as_written": Candidate})
     with timing.phase("baselines"):
         if opts.baselines:
             # priced first, so the search starts from the expert plan and from tt-mlir's pass's
             # plan: whatever the search finds is at least as fast as both (when representable)
             baselines, autoshard = _baselines(model, mesh, meshes, scorer, mega_written, limit, priced_by)
-            baselines["megatron"]["pairs"] = megatron_pairs(model, structure)
         user = loader_spec(model, mesh)
         if user is not None:
             _warn_spec(user, stream)
@@ -146,7 +160,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
         seeds.append(assignment_of(groups, shardings_by_role(model, user_kept)))
     with timing.phase("search"):
         t0 = time.monotonic()
-        short = safety.layer_copy(model)  # the sites of a layer are every layer's
+        short = layer_copy(model)  # the sites of a layer are every layer's
         sites = site_groups(short.text, meshes, set(opts.parallelism), short.arguments, allow=opts.allow,
                             removed=removed)
         result = search(model, meshes, system, cm, parallelism=set(opts.parallelism), groups=groups,
@@ -192,7 +206,7 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
     if opts.screen:  # --serve's screening of a configuration (shard_opt.serve): the search's own figure
         return Screened(model, scorer, groups, assignment, score, fallback)
     if pending is not None and model is not pending.resolve():
-        # the search read the short copies alone (its limits and sites too: safety.layer_copy);
+        # the search read the short copies alone (its limits and sites too: lowered.layer_copy);
         # what follows reads the whole module: the real model from here on
         real = pending.resolve()
         if not same_arguments(model, real) or real.meta.get("shard_spec") is not None:
@@ -214,23 +228,25 @@ def optimize(model: LoweredModel | PendingModel, opts: Options) -> Outcome:
             assignment, final = checked.assignment, checked.final
             score = result.scored.get(assignment) or scorer.score(groups, assignment)
     with timing.phase("analysis"):
-        plan = explain(Setting(model, mesh, meshes, system_name, cm, scorer, structure, opts),
-                       Found(groups, assignment, score, result, seconds, fallback, final),
-                       Rules(judged, removed, removed_options), Baselines(baselines, user, mega))
+        # what the explanation reads, priced once around the plan; then the explanation
+        near = price_neighbourhood(groups, assignment, scorer, result.scored, megatron=assignment_of(groups, mega),
+                                   loader=user.by_role if user is not None else None,
+                                   removed_options=removed_options, cost_model=cm)
+        explanation = explain(Setting(model, mesh, meshes, structure, opts),
+                              Found(groups, assignment, score, result, seconds, fallback, final),
+                              Rules(judged, removed, removed_options), Baselines(baselines, user, mega), near)
         # the -o module: with a check, the very module tt-mlir compiled for the recommendation
         annotated = (checked.text if checked is not None and checked.text else
                      annotate(model, mesh, final.shardings, constraints_for(groups, assignment), opts.allow))
-        outcome = Outcome(plan, annotated, final.text, model)
-    if checked is not None:
-        checked.attach(outcome.plan)
-        if opts.progress:
-            from shard_opt.ttmlir.check import line
+    if checked is not None and opts.progress:
+        from shard_opt.ttmlir.check import line
 
-            stream.write(line(outcome.plan.checks["tt_mlir"]) + "\n")
+        stream.write(line(tt_mlir_check(checked)) + "\n")
     with timing.phase("persist"):
         scorer.persist()  # what Shardy made of each candidate, for the next run (shard_opt.factcache)
-    note_refusal(outcome.plan, model, mesh)
-    return outcome
+    parts = PlanParts(model, mesh, tuple(meshes), system_name, opts.cost_model, tuple(opts.parallelism), final,
+                      explanation, checked)
+    return Outcome(parts, annotated, final.text, model)
 
 
 def _most_split(groups, mesh: Mesh) -> tuple[int, ...]:
@@ -328,7 +344,7 @@ def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -
     if not breaks:
         return written
     out, within = reprice() if adjusted else (dict(written), score)
-    for k in ("pairs", "candidates_evaluated"):
+    for k in ("candidates_evaluated",):
         if k in written:
             out[k] = written[k]
     if within.unsafe:
@@ -342,12 +358,12 @@ def _held_to_rules(written: dict, score: Score, adjusted: list[dict], reprice) -
 
 
 def _record(priced_by: dict, name: str, adjusted: list, written: tuple, within: tuple | None) -> None:
-    """What a baseline's figures price, (argument shardings, constraints) on the whole model:
-    ``figure`` its ``total_us`` (within the rules when ``adjusted``), ``as_written`` its
-    figure as written when that differs (``_held_to_rules``)."""
-    priced_by[name] = {"figure": within if adjusted else written}
+    """What a baseline's figures price on the whole model, as ``Candidate`` s (given as
+    (argument shardings, constraints)): ``figure`` its ``total_us`` (within the rules when
+    ``adjusted``), ``as_written`` its figure as written when that differs (``_held_to_rules``)."""
+    priced_by[name] = {"figure": Candidate.of(*(within if adjusted else written))}
     if adjusted:
-        priced_by[name]["as_written"] = written
+        priced_by[name]["as_written"] = Candidate.of(*written)
 
 
 def price_whole(model, mesh, system, cm, setting: dict, baselines: dict, priced_by: dict) -> None:
@@ -362,15 +378,13 @@ def price_whole(model, mesh, system, cm, setting: dict, baselines: dict, priced_
         if not got or entry is None:
             continue
         if entry.get("total_us") is not None:
-            shardings, constraints = got["figure"]
-            s = whole.score_of(shardings, constraints)
+            s = whole.score_of(got["figure"].shardings, got["figure"].constraints)
             extrapolated = entry["total_us"]
             entry.update(score_dict(s))
             entry["extrapolated_us"] = extrapolated
             entry["priced"] = "whole model"
         if "as_written" in got and entry.get("as_written", {}).get("total_us") is not None:
-            shardings, constraints = got["as_written"]
-            s = whole.score_of(shardings, constraints)
+            s = whole.score_of(got["as_written"].shardings, got["as_written"].constraints)
             entry["as_written"].update({k: v for k, v in score_dict(s).items() if k in entry["as_written"]})
 
 
@@ -490,32 +504,8 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
     as_written = is_partitioned(module)
     ev = Evaluator(model, mesh, system, cm, **opts.setting(), as_written=as_written)
     final = ev.run(shardings, constraints=acts, keep_ir=True)
-    plan = build_plan(model, mesh, [mesh], system_name, opts.cost_model, list(opts.parallelism), final)
-    plan.propagation = opts.propagation
-    _note_weights(plan, opts.weights, model)
-    broken = safety.broken_by(model, shardings, safety.limits(model, structure_of(model)), [mesh],
-                              final.facts.violations)
-    plan.safety = safety.report({}, opts.allow, {}, broken)
-    for rule in sorted(broken - set(opts.allow)):
-        plan.note(
-            f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
-    _note_guards(plan, model, final, opts.allow)
-    note_refusal(plan, model, mesh)
-    if user is not None:
-        plan.strategy = f"the {user.source}'s shard spec ({user.where})"
-        plan.baselines = {"loader-spec": {**plan.cost.to_json(), "source": user.source, "where": user.where,
-                                             "mesh": user.mesh, "unmatched": user.unmatched,
-                                             "not_dividing": user.not_dividing}}
-        if user.activations:
-            plan.baselines["loader-spec"]["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
-        if broken - set(opts.allow) - safety.REPORTED:  # the plan is the spec: it breaks them as written
-            plan.baselines["loader-spec"]["breaks"] = sorted(broken - set(opts.allow) - safety.REPORTED)
-        if user.mesh and list(user.mesh) != list(mesh.shape):
-            plan.note(
-                f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; priced on {mesh.spec}")
+    explanation = explain_evaluated(model, mesh, final, opts, structure_of(model), shardings, user, as_written)
     if as_written:
-        plan.note("the input's collectives are explicit (a module Shardy partitioned, such as the -o module of "
-                  "--evaluate): priced as written, without propagating it again")
         annotated = final.text
     else:
         # the activation spec written in too; a .mlir module in the form it was given (its
@@ -523,19 +513,23 @@ def evaluate_existing(model: LoweredModel, opts: Options) -> Outcome:
         # lowered here in tt-xla's default form (composites on)
         form = "on" if model.source != "mlir" or model.meta.get("composites") else "off"
         annotated = annotate(model, mesh, shardings, acts, allow=opts.allow, composites=form)
+    checked = None
     if opts.check and as_written:
         # tt-mlir runs Shardy on what it compiles: it would partition this module a second time
         why = ("the input is already partitioned (explicit collectives): tt-mlir compiles the module before "
                "propagation; check the module --evaluate was given")
         if opts.progress:
             sys.stderr.write(f"shard-opt: tt-mlir check skipped: {why}\n")
+        from shard_opt.deliverable import Checked
         from shard_opt.ttmlir import check as ttc
         from shard_opt.verdict import not_checked
 
-        plan.checks = {**(plan.checks or {}), "tt_mlir": {**ttc.skipped(why), "verdict": not_checked(why).to_json()}}
+        checked = Checked(None, final, ttc.skipped(why), not_checked(why))
     elif opts.check:
         from shard_opt.deliverable import check_evaluated
 
         with timing.phase("check"):
-            check_evaluated(model, mesh, system, cm, final, annotated, plan, progress=opts.progress)
-    return Outcome(plan, annotated, final.text, model)
+            checked = check_evaluated(model, mesh, system, cm, final, annotated, progress=opts.progress)
+    parts = PlanParts(model, mesh, (mesh,), system_name, opts.cost_model, tuple(opts.parallelism), final,
+                      explanation, checked)
+    return Outcome(parts, annotated, final.text, model)

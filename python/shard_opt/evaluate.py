@@ -16,78 +16,19 @@ import math
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shard_opt import ir, parallel
 from shard_opt.analysis import arg_shardings
 from shard_opt.candidates import Group
-from shard_opt.facts import Cost, ModuleFacts
+from shard_opt.evaluation import Candidate, Evaluation, Score  # noqa: F401  (the engine's values)
+from shard_opt.facts import ModuleFacts
 from shard_opt.lowered import LoweredModel
+from shard_opt import pipelines
 from shard_opt.pass_manager import PassContext, PassManager
-from shard_opt.passes.add_mesh import set_mesh
-from shard_opt.passes.apply_constraints import ApplyConstraints
-from shard_opt.passes.apply_shardings import ApplyShardings
-from shard_opt.passes.collect_collectives import CollectCollectives
-from shard_opt.passes.inline_calls import inline_calls
-from shard_opt.passes.mark_fusions import mark_fusions
-from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 from shard_opt.weights import WeightFormats, matmul_weight_roles
-from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
-from shard_opt.passes.shardy_propagate import COLLECTIVE_OPS, ShardyPropagate, insert_guards
+from shard_opt.sdy import COLLECTIVE_OPS
 from shard_opt.sharding import Mesh, TensorSharding
-
-
-@dataclass(frozen=True)
-class Score:
-    """The numbers a search compares (additive, so they extrapolate over layers)."""
-
-    score: float
-    total_us: float
-    compute_us: float
-    ccl_us: float
-    ccl_count: int
-    ccl_bytes: int
-    memory_bytes: int
-    fits: bool
-    unsafe: tuple[str, ...] = ()  # compiler-safety rules it breaks (shard_opt.safety)
-
-    @staticmethod
-    def of(cost: Cost, facts: ModuleFacts, allow: frozenset[str] = frozenset()) -> "Score":
-        """A module's score; a plan that breaks a safety rule the user did not allow scores
-        infinite (its times stay, for the report)."""
-        from shard_opt.rules import REPORTED
-
-        unsafe = tuple(sorted(set(facts.violations) - set(allow) - REPORTED))
-        return Score(
-            math.inf if unsafe else cost.score, cost.total_us, cost.compute_us, cost.ccl_us, len(facts.collectives),
-            sum(c.bytes_per_device for c in facts.collectives), cost.memory_per_device_bytes, cost.fits, unsafe,
-        )
-
-    def key(self) -> tuple:
-        """Sort key: score, then fewer collectives, fewer bytes, less memory.
-
-        Equal times are common: a replicated weight whose consumer is split is sliced
-        locally (a free all_slice), so it costs the same time as a split weight, one
-        more collective and more DRAM.
-        """
-        return (round(self.score, 6), self.ccl_count, self.ccl_bytes, self.memory_bytes)
-
-
-@dataclass
-class Evaluation:
-    """A fully evaluated candidate on one module."""
-
-    shardings: dict[int, TensorSharding]
-    cost: Cost
-    facts: ModuleFacts
-    text: str | None = None  # the propagated module with explicit collectives
-    storage: dict = field(default_factory=dict)  # argument index -> block-float format
-
-    allow: frozenset = frozenset()
-    score: Score = field(init=False)
-
-    def __post_init__(self):
-        self.score = Score.of(self.cost, self.facts, self.allow)
 
 
 def is_partitioned(module) -> bool:
@@ -103,24 +44,18 @@ def is_partitioned(module) -> bool:
 
 def prepare(model: LoweredModel, pipeline: str = "tt-mlir",
             weights: WeightFormats | None = None, *, as_written: bool = False) -> tuple[str, dict[int, str]]:
-    """``model``'s module as candidates are evaluated from (with tt-mlir's pipeline its
-    calls inlined first, ``inline-calls``; batched matmuls on every batch dim,
-    ``unfold-batch-matmul``; then its fused groups tagged, ``mark-fusions``),
-    and the block-float format of each matmul weight ``weights`` converts.
-    ``as_written``: a partitioned module (``is_partitioned``) is priced as it is: the run
-    that partitioned it inlined, unfolded and tagged it already (its fused groups were
-    tagged before the collectives went in; tagging again, around them, would group
-    differently)."""
+    """``model``'s module as candidates are evaluated from (``pipelines.prepare``: with
+    tt-mlir's pipeline its calls inlined first; batched matmuls on every batch dim; its
+    fused groups tagged), and the block-float format of each matmul weight ``weights``
+    converts. ``as_written``: a partitioned module (``is_partitioned``) is priced as it
+    is: the run that partitioned it inlined, unfolded and tagged it already (its fused
+    groups were tagged before the collectives went in; tagging again, around them, would
+    group differently)."""
     module = ir.parse(model.text, filename=model.name)  # fails early, naming the file
-    if pipeline == "tt-mlir" and not as_written:
-        inline_calls(module)
-    if not as_written:
-        unfold_batch_matmul(module)  # [b*h, s, d] matmuls as torch_xla and JAX write them: [b, h, s, d]
+    PassManager(pipelines.prepare(pipeline, as_written=as_written), PassContext(arguments=model.arguments)).run(module)
     storage = {}
-    if weights is not None and not weights.is_plain:
+    if weights is not None and not weights.is_plain:  # the matmul weights' roles (the fusion tags change none)
         storage = weights.resolve(model.arguments, matmul_weight_roles(module, model.arguments))
-    if not as_written:
-        mark_fusions(module, [a.kind for a in model.arguments])
     return ir.print_module(module), storage
 
 
@@ -190,8 +125,6 @@ def op_count(text: str) -> int:
 
 
 _UIDS = itertools.count()
-# Evaluator.module() has them already
-_GUARDED = dict(guard_opaque_ops=False, guard_moved_dims=False, decouple_const_fanout=False)
 
 
 def memo_key(groups: list[Group], assignment: tuple[int, ...]) -> tuple:
@@ -225,6 +158,42 @@ def shardings_by_role(model: LoweredModel, by_role: dict[str, TensorSharding]) -
         s = by_role.get(a.name, by_role.get(a.role))
         out[a.index] = s if s is not None else TensorSharding.replicated(len(a.shape))
     return out
+
+
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """An ``Evaluator`` as a picklable value: what a worker process rebuilds it from
+    (``shard_opt.parallel`` calls ``build()`` the first time it sees ``uid``). The module
+    text is the prepared one, so a worker prepares nothing again."""
+
+    uid: str
+    name: str
+    text: str
+    arguments: tuple
+    mesh: Mesh
+    system: object
+    cost_model: object
+    result_shardings: dict
+    pipeline: str
+    storage: dict
+    allow: frozenset
+
+    def build(self) -> "Evaluator":
+        model = LoweredModel(self.name, self.text, list(self.arguments))
+        return Evaluator(model, self.mesh, self.system, self.cost_model, result_shardings=self.result_shardings,
+                         pipeline=self.pipeline, prepared=(self.text, self.storage), allow=self.allow)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work for ``shard_opt.parallel``: the facts of an assignment
+    (``kind == "facts"``, ``arg`` the assignment) or a probe (``"probe"``, ``arg`` the
+    group and option moved), on the evaluator ``spec`` names."""
+
+    kind: str
+    spec: EvaluatorSpec
+    groups: list
+    arg: tuple
 
 
 class Evaluator:
@@ -285,10 +254,11 @@ class Evaluator:
         view.cost_model, view.memo = cost_model, {}
         return view
 
-    def spec(self) -> tuple:
+    def spec(self) -> "EvaluatorSpec":
         """What a worker process needs to rebuild this evaluator (see shard_opt.parallel)."""
-        return (self.uid, self.model.name, self.text, self.model.arguments, self.mesh,
-                self.system, self.cost_model, self.result_shardings, self.pipeline, self.storage, self.allow)
+        return EvaluatorSpec(self.uid, self.model.name, self.text, tuple(self.model.arguments), self.mesh,
+                             self.system, self.cost_model, dict(self.result_shardings), self.pipeline,
+                             dict(self.storage), self.allow)
 
     @property
     def ops_each(self) -> int:
@@ -307,30 +277,26 @@ class Evaluator:
         return self.stats["seconds"] / n if n else self._stored_seconds
 
     def module(self):
-        """The prepared module, parsed once, with what every candidate shares: this
-        evaluator's mesh (``add-mesh``) and ``shardy-propagate``'s guards (they depend on
-        the ops alone). Each candidate runs on a copy (cloning is ten times faster than
+        """The prepared module, parsed once, with what every candidate shares
+        (``pipelines.shared``: this evaluator's mesh, the guards, tt-mlir's decoupled
+        broadcasts). Each candidate runs on a copy (cloning is ten times faster than
         parsing the text again)."""
         if self._module is None:
             module = ir.parse(self.text, filename=self.model.name)
-            set_mesh(module, self.mesh)
-            if not self.as_written:
-                insert_guards(module, allow=self.allow, arguments=self.model.arguments)
-            if self.pipeline == "tt-mlir" and not self.as_written:
-                # before any candidate's shardings: a replicated candidate has no reshard the
-                # copies could change, so decoupling in every function prices what tt-mlir does
-                decouple_const_fanout(module, only_sharded=False)
+            PassManager(pipelines.shared(self.pipeline, self.allow, as_written=self.as_written),
+                        PassContext(mesh=self.mesh, arguments=self.model.arguments)).run(module)
             self._module = module
         return self._module
 
-    def _run_passes(self, shardings: dict[int, TensorSharding], after: list, constraints: dict | None = None):
-        """A fresh copy of the module (its mesh and guards in place) with ``shardings`` and
-        ``constraints`` applied, then ``after`` run on it: (module, pass context)."""
+    def _run_passes(self, shardings: dict[int, TensorSharding], pipeline: str, constraints: dict | None = None):
+        """``pipeline`` (``pipelines.candidate`` or ``pipelines.probe``) on a fresh copy of
+        the module (its mesh and guards in place), with ``shardings`` and ``constraints``
+        to apply: (module, pass context)."""
         module = self.module().operation.clone()
         ctx = PassContext(mesh=self.mesh, shardings=shardings, arguments=self.model.arguments,
                           result_shardings=self.result_shardings, constraints=constraints or {},
                           storage=self.storage)
-        PassManager([ApplyShardings(), ApplyConstraints(), *after], ctx).run(module)
+        PassManager(pipeline, ctx).run(module)
         return module, ctx
 
     def propagate(self, shardings: dict[int, TensorSharding], *, constraints: dict | None = None,
@@ -338,8 +304,8 @@ class Evaluator:
         """Run the pipeline on a fresh copy of the module: (facts, propagated module or None)."""
         t0 = time.perf_counter()
         # candidates that are only priced skip the IR verifier; a kept IR is verified
-        propagate = [] if self.as_written else [ShardyPropagate(pipeline=self.pipeline, verify=keep_ir, **_GUARDED)]
-        module, ctx = self._run_passes(shardings, [*propagate, CollectCollectives(annotate=keep_ir)], constraints)
+        pipeline = pipelines.candidate(self.pipeline, verify=keep_ir, annotate=keep_ir, as_written=self.as_written)
+        module, ctx = self._run_passes(shardings, pipeline, constraints)
         self.stats["evaluations"] += 1
         self.stats["seconds"] += time.perf_counter() - t0
         return ctx.facts, (module if keep_ir else None)
@@ -406,13 +372,13 @@ class Evaluator:
                 todo[key] = tuple(a)
         return todo
 
-    def local(self, task):
+    def local(self, task: Task):
         """One ``parallel.work`` task computed by this evaluator (memoized)."""
-        kind, _, groups, arg = task
-        return self.facts(groups, arg) if kind == "facts" else self.probe(groups, *arg)
+        return self.facts(task.groups, task.arg) if task.kind == "facts" else self.probe(task.groups, *task.arg)
 
     def probe_many(self, groups: list[Group], moves: list[tuple[int, int]]) -> list[dict[int, int]]:
-        results = parallel.run_batch([("probe", self.spec(), groups, m) for m in moves], self.seconds_each,
+        spec = self.spec()
+        results = parallel.run_batch([Task("probe", spec, groups, m) for m in moves], self.seconds_each,
                                      local=self.local)
         if results is None:
             return [self.probe(groups, gi, o) for gi, o in moves]
@@ -429,9 +395,7 @@ class Evaluator:
         members = group_members(self.model)
         shardings = {i: groups[gi].options[option] for i in members.get(groups[gi].key(), ())}
         constraints = {groups[gi].role: groups[gi].options[option]} if groups[gi].by == "site" else {}
-        module, _ = self._run_passes(
-            shardings, [ShardyPropagate(pipeline=self.pipeline, explicit_collectives=False, verify=False, **_GUARDED)],
-            constraints)
+        module, _ = self._run_passes(shardings, pipelines.probe(self.pipeline), constraints)
         found = arg_shardings(ir.main_func(module))
         follows = {}
         for gj, g in enumerate(groups):
@@ -462,13 +426,13 @@ def run_facts_batch(work: list[tuple["Evaluator", list[Group], dict[tuple, tuple
     for ev, groups, todo in work:
         spec = ev.spec()
         for key, a in todo.items():
-            tasks.append(("facts", spec, groups, a))
+            tasks.append(Task("facts", spec, groups, a))
             owners.append((ev, key))
     if not tasks:
         return
     seconds = sum(len(todo) * (ev.seconds_each or 0.0) for ev, _, todo in work)
     by_uid = {ev.uid: ev for ev, _, _ in work}
-    results = parallel.run_batch(tasks, seconds / len(tasks), local=lambda t: by_uid[t[1][0]].local(t))
+    results = parallel.run_batch(tasks, seconds / len(tasks), local=lambda t: by_uid[t.spec.uid].local(t))
     if results is not None:
         for (ev, key), facts in zip(owners, results):
             ev.facts_memo[key] = facts

@@ -2,47 +2,43 @@
 layer's bill, the safety table and what each rule cost, robustness, the guards, the KV
 layout, the routed experts.
 
-``explain`` writes it into the ``Plan`` the driver builds around the search's winner; it
-reads four typed inputs (``Setting``: where the plan was searched; ``Found``: what the
-search settled on; ``Rules``: the compiler-safety rules it was held to; ``Baselines``:
-the plans it was compared with). The orchestration (search, memory fallback, tt-mlir
-check, re-rank) stays in ``shard_opt.driver``; nothing here changes the plan chosen.
+``explain`` turns what the search found and what the engine priced around it (a
+``search.Neighbourhood``) into an ``Explanation``, the plan's explanatory fields as values
+and its notes in words; ``explain_evaluated`` does the same for ``--evaluate``. Nothing
+here prices, propagates or changes the plan chosen: every figure was priced before
+(``search.price_neighbourhood``), and ``shard_opt.build`` builds the plan from the
+explanation once.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shard_opt import ir, safety, timing
-from shard_opt.baselines import LoaderSpec
-from shard_opt.evaluate import LayeredEvaluator, Score, constraints_for, shardings_by_role
+from shard_opt.baselines import LoaderSpec, megatron_pairs
+from shard_opt.evaluation import Score
 from shard_opt.lowered import LoweredModel
-from shard_opt.plan import Plan, build_plan, score_dict
-from shard_opt.search import assignment_of
+from shard_opt.search import Neighbourhood, assignment_of
+from shard_opt.evaluate import constraints_for
 from shard_opt.sharding import Mesh
 from shard_opt.weights import WeightFormats
 
 
-@dataclass
+@dataclass(frozen=True)
 class Setting:
-    """Where the plan was searched: the model, its meshes and system, the cost model and
-    the scorer the search priced candidates with, the model's structure and the run's
-    options (``driver.Options``)."""
+    """Where the plan was searched: the model, its meshes, the model's structure and the
+    run's options (``driver.Options``)."""
 
     model: LoweredModel
     mesh: Mesh
     meshes: list[Mesh]
-    system_name: str
-    cm: object
-    scorer: object
     structure: object
     opts: object
 
 
-@dataclass
+@dataclass(frozen=True)
 class Found:
     """What the search settled on: its groups, the chosen assignment and its score, the
     search result (every candidate scored, the neighbours rejected), its wall time, the
@@ -57,7 +53,7 @@ class Found:
     final: object
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rules:
     """The compiler-safety rules the search was held to: every rule's limits, the allowed
     ones too (``judged``: what the plan is judged by), what the ``exclude`` rules removed
@@ -68,7 +64,7 @@ class Rules:
     removed_options: dict
 
 
-@dataclass
+@dataclass(frozen=True)
 class Baselines:
     """The plans the search was compared with: their plan-JSON entries (``priced``), the
     loader's spec (or None) and the Megatron plan's argument shardings, within the rules."""
@@ -78,60 +74,65 @@ class Baselines:
     mega: dict
 
 
-def explain(setting: Setting, found: Found, rules: Rules, baselines: Baselines) -> Plan:
-    """The plan JSON around the winner (``plan.build_plan``) with its explanation: what
-    each group weighed, the baselines, the per-layer bill, the safety table, robustness,
-    the guards, the constraints, the routed experts and the KV layout."""
-    model, opts, scorer = setting.model, setting.opts, setting.scorer
+@dataclass(frozen=True)
+class Explanation:
+    """A plan's explanatory fields (their plan JSON keys) and its notes, in words: what
+    ``shard_opt.build.build_plan`` reads beside the evaluation and the checks. ``notes``
+    come before the check's note, ``late_notes`` after it; ``strategy`` None: named from
+    the shardings (``build.strategy_text``)."""
+
+    propagation: str | None = None
+    weight_dtype: str | None = None
+    weight_formats: dict | None = None
+    strategy: str | None = None
+    groups: list = field(default_factory=list)
+    baselines: dict = field(default_factory=dict)
+    search: dict | None = None
+    scored: Score | None = None
+    memory_fallback: str | None = None
+    ccl_per_layer: int | None = None
+    layer_collectives: list | None = None
+    loader_comparison: list | None = None
+    safety: list | None = None
+    robustness: dict | None = None
+    guards: list | None = None
+    constraints: list | None = None
+    routed_experts: dict | None = None
+    kv_layout: dict | None = None
+    pairs: list | None = None
+    notes: tuple = ()
+    late_notes: tuple = ()
+    nothing_to_split: str | None = None  # said on stderr by the CLI for the plan it keeps
+
+
+def explain(setting: Setting, found: Found, rules: Rules, baselines: Baselines, near: Neighbourhood) -> Explanation:
+    """The explanation of the plan the search found (``found``), from what the engine priced
+    around it (``near``)."""
+    model, opts = setting.model, setting.opts
     groups, assignment, result, final = found.groups, found.assignment, found.result, found.final
     mega = assignment_of(groups, baselines.mega)
     group_info = _group_info(groups, assignment, result)
-    alternatives = _alternatives(groups, assignment, scorer, mega)
-    for info, alts in zip(group_info, alternatives):
+    for info, alts in zip(group_info, _alternatives(groups, near)):
         if alts:
             info["alternatives"] = alts
     rejected = [
         {"label": label, **score_dict(s), "arguments_changed": changed}
         for label, s, changed in sorted(result.neighbours, key=lambda n: n[1].key())
     ]
-    plan = build_plan(
-        model, setting.mesh, setting.meshes, setting.system_name, opts.cost_model, list(opts.parallelism), final,
-        groups=group_info, baselines=baselines.priced,
-        search={"candidates_evaluated": result.candidates_evaluated, "seconds": round(found.seconds, 3),
-                "exhaustive": result.exhaustive, "rejected": rejected,
-                "space_size": _space([g for g in groups if g.by != "site"]),
-                "constraint_sites": sum(1 for g in groups if g.by == "site")},
-        memory_fallback=found.fallback, scored=found.score,
-    )
-    plan.propagation = opts.propagation
-    for name, b in baselines.priced.items():
-        note = _rules_note(name, b)
-        if note:
-            plan.note(note)
-    _note_weights(plan, opts.weights, model)
-    per_layer, layer = layer_bill(scorer, groups=groups, assignment=assignment)
-    if per_layer is not None:
-        plan.cost.ccl_per_layer, plan.layer_collectives = per_layer, layer
-    if baselines.user is not None:
-        plan.loader_comparison = _loader_comparison(groups, assignment, scorer, baselines.user)
+    notes = [note for name, b in baselines.priced.items() for note in [_rules_note(name, b)] if note]
+    weight_dtype, weight_formats, weight_note = _weights(opts.weights, model)
+    notes += [weight_note] if weight_note else []
+    broken = safety.broken_by(model, final.shardings, rules.judged, setting.meshes, final.facts.violations)
     inf: dict[str, int] = {}
     for s in result.scored.values():
         for rule in s.unsafe:
             inf[rule] = inf.get(rule, 0) + 1
-    broken = safety.broken_by(model, final.shardings, rules.judged, setting.meshes, final.facts.violations)
-    with timing.phase("analysis.rule-costs"):
-        costs = rule_costs(groups, assignment, scorer, found.score, rules.removed_options or {}, result.scored)
-    plan.safety = safety.report(rules.removed, opts.allow, inf, broken, costs)
-    plan.robustness = _robustness(result.scored, assignment, groups, scorer, setting.cm, mega)
-    _note_guards(plan, model, final, opts.allow)
+    guards, guard_note = _guards(model, final, opts.allow)
+    notes += [guard_note] if guard_note else []
     constraints = constraints_for(groups, assignment)
-    if constraints:
-        plan.constraints = [{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
-                            for site, s in constraints.items()]
     routed = final.facts.routed_experts
     if routed:
-        plan.routed_experts = routed
-        plan.note(
+        notes.append(
             f"experts priced as routed: the router picks {routed['top_k']} of {routed['experts']} experts per token "
             f"(found in the graph), so the expert matmuls do {routed['top_k']}/{routed['experts']} of the dense "
             f"work and read {routed['weights_read']:.0%} of the experts' weights for {routed['tokens']} token(s) "
@@ -139,54 +140,97 @@ def explain(setting: Setting, found: Found, rules: Rules, baselines: Baselines) 
     kv = kv_layout(model, setting.mesh, final.shardings, "heads" in broken, setting.structure,
                    allowed="heads" in opts.allow)
     if kv:
-        plan.kv_layout = kv
-        plan.note(kv["reason"])
-    return plan
+        notes.append(kv["reason"])
+    per_layer, layer = near.layer
+    refusal = note_refusal(model, setting.mesh)
+    nothing = _nothing_to_split(group_info, setting.meshes, opts.parallelism)
+    return Explanation(
+        propagation=opts.propagation, weight_dtype=weight_dtype, weight_formats=weight_formats,
+        strategy="replicated (nothing can be split on this mesh)" if nothing else None,
+        groups=group_info, baselines=baselines.priced,
+        search={"candidates_evaluated": result.candidates_evaluated, "seconds": round(found.seconds, 3),
+                "exhaustive": result.exhaustive, "rejected": rejected,
+                "space_size": _space([g for g in groups if g.by != "site"]),
+                "constraint_sites": sum(1 for g in groups if g.by == "site")},
+        scored=found.score, memory_fallback=found.fallback,
+        ccl_per_layer=per_layer, layer_collectives=layer if per_layer is not None else None,
+        loader_comparison=_loader_comparison(groups, assignment, near, baselines.user)
+        if baselines.user is not None else None,
+        safety=safety.report(rules.removed, opts.allow, inf, broken, near.rule_costs),
+        robustness=_robustness(near, assignment, groups, mega),
+        guards=guards,
+        constraints=[{"site": site, "op": "stablehlo.reshape", "sharding": s.axis_names()}
+                     for site, s in constraints.items()] or None,
+        routed_experts=routed or None, kv_layout=kv,
+        pairs=megatron_pairs(model, setting.structure),
+        notes=tuple(notes), late_notes=(refusal,) if refusal else (), nothing_to_split=nothing)
 
 
-def note_refusal(plan: Plan, model: LoweredModel, mesh: Mesh) -> None:
+def explain_evaluated(model: LoweredModel, mesh: Mesh, final, opts, structure, shardings: dict, user,
+                      as_written: bool) -> Explanation:
+    """The explanation of a plan ``--evaluate`` priced as it is written: the shardings on
+    the input (``shardings``), or a loader's own spec (``user``)."""
+    weight_dtype, weight_formats, weight_note = _weights(opts.weights, model)
+    notes = [weight_note] if weight_note else []
+    broken = safety.broken_by(model, shardings, safety.limits(model, structure), [mesh], final.facts.violations)
+    for rule in sorted(broken - set(opts.allow)):
+        notes.append(f"this plan breaks the {rule} rule ({safety.BY_ID[rule].title}): {safety.BY_ID[rule].detail}")
+    guards, guard_note = _guards(model, final, opts.allow)
+    notes += [guard_note] if guard_note else []
+    refusal = note_refusal(model, mesh)
+    notes += [refusal] if refusal else []
+    strategy, baselines = None, {}
+    if user is not None:
+        strategy = f"the {user.source}'s shard spec ({user.where})"
+        spec = {**score_dict(final.score), "layout_us": _r(final.cost.layout_us), "source": user.source,
+                "where": user.where, "mesh": user.mesh, "unmatched": user.unmatched,
+                "not_dividing": user.not_dividing}
+        if user.activations:
+            spec["activations"] = {k: c.axis_names() for k, c in user.activations.items()}
+        if broken - set(opts.allow) - safety.REPORTED:  # the plan is the spec: it breaks them as written
+            spec["breaks"] = sorted(broken - set(opts.allow) - safety.REPORTED)
+        baselines = {"loader-spec": spec}
+        if user.mesh and list(user.mesh) != list(mesh.shape):
+            notes.append(f"get_mesh_config({mesh.num_devices}) gives {'x'.join(map(str, user.mesh))}; "
+                         f"priced on {mesh.spec}")
+    if as_written:
+        notes.append("the input's collectives are explicit (a module Shardy partitioned, such as the -o module of "
+                     "--evaluate): priced as written, without propagating it again")
+    return Explanation(propagation=opts.propagation, weight_dtype=weight_dtype, weight_formats=weight_formats,
+                       strategy=strategy, baselines=baselines, safety=safety.report({}, opts.allow, {}, broken),
+                       guards=guards, pairs=megatron_pairs(model, structure), notes=tuple(notes))
+
+
+def _nothing_to_split(group_info: list, meshes: list[Mesh], parallelism) -> str | None:
+    """No argument had a split to search (no allowed dim divisible by a mesh axis): the plan
+    is replicated by necessity, not because splits lost; the note saying so, or None."""
+    sizes = sorted({f"{a}={n}" for m in meshes for a, n in zip(m.axes, m.shape) if n > 1})
+    if group_info or not sizes:
+        return None
+    return (f"nothing to split: no dimension that --parallelism {','.join(parallelism)} may split is divisible "
+            f"by a mesh axis ({', '.join(sizes)}), so every argument is replicated and each chip runs the whole "
+            f"model; to shard it, choose a mesh whose axis sizes divide the model's dimensions"
+            + ("" if set(parallelism) >= {"tensor", "sequence", "data"} else " or allow more --parallelism"))
+
+
+def note_refusal(model: LoweredModel, mesh: Mesh) -> str | None:
     """The loader's get_mesh_config raised for this mesh's device count: not offered, said in a note."""
     from shard_opt.frontends.shard_spec import refusal
 
-    why = refusal(model.meta.get("shard_spec"), mesh.num_devices)
-    if why:
-        plan.note(why)
+    return refusal(model.meta.get("shard_spec"), mesh.num_devices) or None
 
 
-RULE_COST_TRIES = 32  # removed options priced per rule, at most (in the groups' order)
+def _r(x: float) -> float | None:
+    if x is None or (isinstance(x, float) and math.isinf(x)):
+        return None
+    return round(float(x), 3)
 
 
-def rule_costs(groups, assignment, scorer, score, removed_options: dict, scored: dict) -> dict[str, dict]:
-    """What each safety rule cost the plan, for the rules that kept it from something the
-    model prefers: rule -> {"plan_us", "preferred_us", "arguments": {role: sharding}}.
-
-    An ``exclude`` rule's removed options were never offered: each is priced in place of
-    its group's choice in the plan (one at a time, the rest of the plan unchanged; the
-    rule's own check is the only one waived, as its times are kept for an unsafe score).
-    An ``inf`` rule's candidates were scored and set aside: the fastest of them."""
-    by_role = {g.role: g.options[o] for g, o in zip(groups, assignment) if g.by != "site"}
-    constraints = constraints_for(groups, assignment)
-    out: dict[str, dict] = {}
-
-    def keep(rule, total, changed):
-        if math.isfinite(total) and total < score.total_us - 1e-6 and (
-                rule not in out or total < out[rule]["preferred_us"]):
-            out[rule] = {"plan_us": round(score.total_us, 3), "preferred_us": round(total, 3),
-                         "arguments": {r: sh.axis_names() for r, sh in changed.items()}}
-
-    for rule, options in removed_options.items():
-        seen = set()
-        for role, option in options:
-            if (role, option) in seen or len(seen) >= RULE_COST_TRIES:
-                continue
-            seen.add((role, option))
-            keep(rule, scorer.score_by_role({**by_role, role: option}, constraints).total_us, {role: option})
-    for a, s in scored.items():
-        for rule in s.unsafe:
-            if len(a) == len(groups):
-                keep(rule, s.total_us, {g.role: g.options[o] for g, o, p in zip(groups, a, assignment)
-                                        if o != p and g.by != "site"})
-    return out
+def score_dict(s: Score) -> dict:
+    """A score as the plan JSON records it (a baseline, a rejected alternative)."""
+    return {"total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
+            "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
+            "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits)}
 
 
 def script_guards(model: LoweredModel, final, allow: frozenset = frozenset()) -> list[dict]:
@@ -203,34 +247,34 @@ def script_guards(model: LoweredModel, final, allow: frozenset = frozenset()) ->
         return [g for r in rules for g in r.script_guards(module, model)]
 
 
-def _note_guards(plan: Plan, model: LoweredModel, final, allow: frozenset) -> None:
+def _guards(model: LoweredModel, final, allow: frozenset) -> tuple[list[dict], str | None]:
     """The plan JSON's ``guards`` (``script_guards``), and a note for those no module
     output stands for: the emitted script cannot hook them, the user adds them by hand."""
-    plan.guards = script_guards(model, final, allow)
-    loose = [g for g in plan.guards if g.get("module") is None]
-    if loose:
-        n = sum(g.get("sites", 1) for g in loose)
-        k = sum(g.get("sites", 1) for g in loose if g.get("gathers"))
-        rules = ", ".join(sorted({g["rule"] for g in loose}))
-        text = (f"{n} guard{'s' if n != 1 else ''} the plan was priced with ({rules}) could not be tied to a module "
-                f"output, so the emitted script cannot hook {'them' if n != 1 else 'it'} (plan JSON guards, "
-                f"module null: where and why); ")
-        if k:
-            text += (f"{k} of them gather{'s' if k == 1 else ''} in this plan: add {'them' if k != 1 else 'it'} "
-                     f"by hand, or tt-mlir compiles the unguarded split")
-        else:
-            text += "none gathers in this plan (the sliced tensors are whole already): nothing to add for this plan"
-        plan.note(text)
+    guards = script_guards(model, final, allow)
+    loose = [g for g in guards if g.get("module") is None]
+    if not loose:
+        return guards, None
+    n = sum(g.get("sites", 1) for g in loose)
+    k = sum(g.get("sites", 1) for g in loose if g.get("gathers"))
+    rules = ", ".join(sorted({g["rule"] for g in loose}))
+    text = (f"{n} guard{'s' if n != 1 else ''} the plan was priced with ({rules}) could not be tied to a module "
+            f"output, so the emitted script cannot hook {'them' if n != 1 else 'it'} (plan JSON guards, "
+            f"module null: where and why); ")
+    if k:
+        text += (f"{k} of them gather{'s' if k == 1 else ''} in this plan: add {'them' if k != 1 else 'it'} "
+                 f"by hand, or tt-mlir compiles the unguarded split")
+    else:
+        text += "none gathers in this plan (the sliced tensors are whole already): nothing to add for this plan"
+    return guards, text
 
 
-def _note_weights(plan: Plan, weights: WeightFormats, model: LoweredModel) -> None:
+def _weights(weights: WeightFormats, model: LoweredModel) -> tuple[str, dict | None, str | None]:
     """The weight formats in the plan JSON (``weight_dtype``, and ``weight_formats``: the
     default and the per-parameter overrides tt-xla takes, role rules spelled out as name
-    globs), and the rules that named no matmul weight."""
-    plan.weight_dtype = weights.text()
+    globs), and a note for the rules that named no matmul weight."""
     if weights.is_plain:
-        return
-    overrides = {}
+        return weights.text(), None, None
+    overrides, note = {}, None
     if weights.rules:
         from shard_opt.weights import ROLES, weight_roles_of
 
@@ -244,9 +288,8 @@ def _note_weights(plan: Plan, weights: WeightFormats, model: LoweredModel) -> No
                 overrides[pattern] = dtype
         missed = weights.unmatched(model.arguments, roles)
         if missed:
-            plan.note(
-                f"--weight-dtype: {', '.join(missed)} named no matmul weight of {model.name}; those rules did nothing")
-    plan.weight_formats = {"default": weights.default, "overrides": overrides}
+            note = f"--weight-dtype: {', '.join(missed)} named no matmul weight of {model.name}; those rules did nothing"
+    return weights.text(), {"default": weights.default, "overrides": overrides}, note
 
 
 KV_ROLES = re.compile(r"(k_proj|v_proj|key|value)\.weight$")
@@ -325,52 +368,20 @@ def _group_info(groups, assignment, result) -> list[dict]:
     return info
 
 
-_RIVALS = 4  # per group, the options the proxy ranks best, priced for "best other"
-
-
-def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list[list[dict]]:
-    """Per group, the options a reader weighs, each priced on the whole model with every
-    other group at the plan's choice: replicated, the group's Megatron role, and the best
-    other option (the next best too while fewer than two are listed), with the
-    difference in time and collectives and the reason in words."""
-    base = scorer.score(groups, assignment)
-
-    def alt_of(gi, o):
-        return assignment[:gi] + (o,) + assignment[gi + 1:]
-
-    cands = [alt_of(gi, o) for gi, g in enumerate(groups) for o in range(len(g.options)) if o != assignment[gi]]
-    # every option ranked by the search's cheap proxy (the 1-layer model of a deep model,
-    # the score itself otherwise; memoized: most were screened by the search), and only
-    # the shown ones and the closest rivals of "best other" priced on the whole model
-    proxy = dict(zip(cands, scorer.screen_many(groups, cands)))
-    chosen = []
-    for gi, g in enumerate(groups):
-        mine = assignment[gi]
-        picks = []
-        if mine != 0:
-            picks.append((0, "unconstrained" if g.by == "site" else "replicated"))
-        mega = megatron[gi] if gi < len(megatron) else 0
-        if g.by != "site" and mega not in (0, mine):
-            picks.append((mega, "megatron " + _role_word(g, mega)))
-        rest = [o for o in range(len(g.options)) if o != mine and o not in {p for p, _ in picks}]
-        rest.sort(key=lambda o: (proxy[alt_of(gi, o)].key(), o))
-        chosen.append((picks, rest[:_RIVALS]))
-    scorer.score_many(groups, [alt_of(gi, o) for gi, (picks, short) in enumerate(chosen)
-                               for o in [p for p, _ in picks] + short])
-    base_bill = _bill(scorer, groups, assignment)
+def _alternatives(groups, near: Neighbourhood) -> list[list[dict]]:
+    """Per group, the options a reader weighs (``near.alternatives``, priced on the whole
+    model with every other group at the plan's choice), with the difference in time and
+    collectives and the reason in words."""
+    base = near.base
+    per_layer = near.layer[0] is not None
     out = []
-    for gi, (g, (picks, short)) in enumerate(zip(groups, chosen)):
-        short.sort(key=lambda o: (scorer.score(groups, alt_of(gi, o)).key(), o))
-        # the best other option, and the next ones until a reader sees two choices
-        for o in short[:max(1, 2 - len(picks))]:
-            picks.append((o, "best other"))
+    for gi, (g, alts) in enumerate(zip(groups, near.alternatives)):
         entries = []
-        for o, label in picks:
-            alt = assignment[:gi] + (o,) + assignment[gi + 1:]
-            s = scorer.score(groups, alt)
+        for alt in alts:
+            s, o, label = alt.score, alt.option, alt.label
             delta = _delta(s, base)
-            moved = _bill_delta(_bill(scorer, groups, alt), base_bill)
-            words = _bill_words(moved, per_layer=isinstance(scorer, LayeredEvaluator))
+            moved = _bill_delta(list(alt.bill), list(near.base_bill))
+            words = _bill_words(moved, per_layer=per_layer)
             if s.unsafe:
                 words.insert(0, "breaks " + ", ".join(s.unsafe))
             if s.compute_us != base.compute_us:
@@ -383,25 +394,6 @@ def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> list
                             "reason": ", ".join(words) or "the same collectives and compute"})
         out.append(entries)
     return out
-
-
-def _role_word(g, option: int) -> str:
-    """``column`` / ``row`` for a 2-D weight split on its output / input features."""
-    dims = [d for d, axes in enumerate(g.options[option].dims) if axes]
-    if len(g.shape) == 2 and dims == [0]:
-        return "column"
-    if len(g.shape) == 2 and dims == [1]:
-        return "row"
-    return g.describe(option)
-
-
-def _bill(scorer, groups, assignment) -> list[tuple]:
-    """The collectives to compare plans by: one repeated layer's when the scorer is
-    layered, else the whole module's, as (kind, axes, bytes per device) signatures."""
-    if isinstance(scorer, LayeredEvaluator):
-        _, layer = layer_bill(scorer, groups=groups, assignment=assignment)
-        return [(c["kind"], tuple(c["axes"]), c["bytes_per_device"]) for c in layer]
-    return [(c.kind, c.axes, c.bytes_per_device) for c in scorer.facts(groups, assignment).collectives]
 
 
 def _bill_delta(alt: list[tuple], base: list[tuple]) -> list[dict]:
@@ -439,19 +431,12 @@ def _size(n: float) -> str:
     return f"{int(n)} B"
 
 
-def _robustness(scored: dict, assignment, groups, scorer, cm, megatron) -> dict:
-    """Does the recommendation still win when the model is wrong? Every evaluated candidate
-    re-ranked with collective time x0.5 and x2, compute x0.5 and x2, and under the other
-    collective profile; per check the winner and its lead over the runner-up (a share of
-    the runner-up's step)."""
-    plan = scored.get(assignment) or scorer.score(groups, assignment)
-    pool = {a: s for a, s in scored.items() if math.isfinite(s.score) and (s.fits or not plan.fits)}
-    # candidates with the plan's compute and collective times are the same plan to the
-    # cost model (a replicated weight sliced locally, a bias that follows its consumer):
-    # every perturbation moves them together, so they are not runners-up
-    same = {a for a, s in pool.items() if _cost_pair(s) == _cost_pair(plan)}
-    pool = {a: s for a, s in pool.items() if a not in same}
-    pool[assignment] = plan
+def _robustness(near: Neighbourhood, assignment, groups, megatron) -> dict:
+    """Does the recommendation still win when the model is wrong? The distinct candidates
+    the search evaluated (``near.pool``) re-ranked with collective time x0.5 and x2,
+    compute x0.5 and x2, and under the other collective profile; per check the winner and
+    its lead over the runner-up (a share of the runner-up's step)."""
+    pool = near.pool
     checks = []
 
     def check(label: str, times: dict) -> None:
@@ -472,24 +457,11 @@ def _robustness(scored: dict, assignment, groups, scorer, cm, megatron) -> dict:
 
     for label, fc, fk in (("ccl x0.5", 0.5, 1), ("ccl x2", 2, 1), ("compute x0.5", 1, 0.5), ("compute x2", 1, 2)):
         check(label, {a: fk * s.compute_us + fc * s.ccl_us for a, s in pool.items()})
-    other = _other_profile(cm)
-    if other is not None:
-        view = scorer.with_cost_model(other)
-        check(f"ccl profile {other.ccl_profile}", {a: view.score(groups, a).total_us for a in pool})
+    if near.other_profile is not None:
+        name, times = near.other_profile
+        check(f"ccl profile {name}", dict(times))
     return {"holds": all(c["winner"] == "plan" for c in checks), "candidates": len(pool),
-            "equivalent": len(same - {assignment}), "checks": checks}
-
-
-def _cost_pair(s) -> tuple[float, float]:
-    return round(s.compute_us, 3), round(s.ccl_us, 3)
-
-
-def _other_profile(cm):
-    """The cost model with the other collective profile (None for models without one)."""
-    profile = getattr(cm, "ccl_profile", None)
-    if profile is None:
-        return None
-    return dataclasses.replace(cm, ccl_profile="tuned" if profile == "generic" else "generic")
+            "equivalent": near.equivalent, "checks": checks}
 
 
 def _label(groups, a, plan, megatron) -> str:
@@ -500,11 +472,10 @@ def _label(groups, a, plan, megatron) -> str:
     return "; ".join(diff[:3]) + (f"; +{len(diff) - 3} more" if len(diff) > 3 else "")
 
 
-def _loader_comparison(groups, assignment, scorer, user: LoaderSpec) -> list[dict]:
+def _loader_comparison(groups, assignment, near: Neighbourhood, user: LoaderSpec) -> list[dict]:
     """Component by component, where the loader's spec and the plan differ: what the
     spec's choice costs with the rest of the plan kept (so each difference is priced on
-    its own), and why in words."""
-    base = scorer.score(groups, assignment)
+    its own, ``near.loader``), and why in words."""
     out = []
     for gi, g in enumerate(groups):
         if g.by == "site":
@@ -515,12 +486,11 @@ def _loader_comparison(groups, assignment, scorer, user: LoaderSpec) -> list[dic
         if want_names == mine:
             continue
         entry = {"component": g.role, "expert": want_names, "plan": mine}
-        option = next((o for o, opt in enumerate(g.options) if opt.axis_names() == want_names), None)
+        option, score = near.loader[gi]
         if option is None:
             entry["reason"] = "the spec's split is not one the search considers for this tensor"
         else:
-            alt = scorer.score(groups, assignment[:gi] + (option,) + assignment[gi + 1:])
-            entry.update(_delta(alt, base))
+            entry.update(_delta(score, near.base))
         out.append(entry)
     for role, sh in user.by_role.items():
         if not any(g.role == role for g in groups) and not sh.is_replicated:
@@ -543,32 +513,6 @@ def _delta(alt: Score, base: Score) -> dict:
         words.append("fits in DRAM" if alt.fits else "does not fit in DRAM")
     return {"total_us": round(alt.total_us, 3), "delta_us": round(d_us, 3), "ccl_count": alt.ccl_count,
             "delta_ccls": d_ccl, "delta_bytes": d_bytes, "reason": ", ".join(words)}
-
-
-def layer_bill(scorer, *, by_role=None, groups=None, assignment=None,
-               constraints=None) -> tuple[int | None, list[dict]]:
-    """The collectives of one repeated layer: the 2-layer model's minus the 1-layer model's
-    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole.
-    ``constraints``: with ``by_role``, a loader's activation spec (``LoaderSpec.constraints``)."""
-    if not isinstance(scorer, LayeredEvaluator):
-        return None, []
-    if by_role is not None:
-        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role), constraints) for e in (scorer.e1, scorer.e2))
-    else:
-        f1, f2 = (e.facts(groups, assignment) for e in (scorer.e1, scorer.e2))
-
-    def sig(c):
-        return c.kind, c.axes, c.global_shape, c.dtype, c.bytes_per_device
-
-    left = [sig(c) for c in f1.collectives]
-    extra = []
-    for c in f2.collectives:
-        if sig(c) in left:
-            left.remove(sig(c))
-        else:
-            extra.append({"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-                          "bytes_per_device": c.bytes_per_device})
-    return len(f2.collectives) - len(f1.collectives), extra
 
 
 BASELINE_LABELS = {"megatron": "Megatron", "loader-spec": "loader-spec (the loader's own spec)"}

@@ -33,9 +33,9 @@ import pickle
 import tempfile
 import zlib
 
-SUBDIR = "facts"
-SUFFIX = ".facts"
-VERSION = 1
+from shard_opt.frontends.cache import FACTS_SUBDIR as SUBDIR, FACTS_SUFFIX as SUFFIX  # noqa: F401 (its layout)
+
+VERSION = 2  # 2: ModuleFacts.unpriced
 
 
 def directory() -> str | None:

@@ -16,8 +16,8 @@ COLLECTIVE_KINDS = (
 
 DTYPE_BYTES = {
     "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
-    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
-    "complex<f32>": 8,
+    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui16": 2, "ui32": 4, "ui64": 8,
+    "si8": 1, "si16": 2, "si32": 4, "si64": 8, "complex<f32>": 8,
     # Tenstorrent block floats: a 32x32 tile holds 1024 mantissas (1 byte for bfp8, half a
     # byte for bfp4) plus one shared 8-bit exponent per 16 values (64 bytes): 1088 and 576
     # bytes per 1024 values (tt-metal tt_metal/api/tt-metalium/tt_backend_api_types.hpp
@@ -26,8 +26,9 @@ DTYPE_BYTES = {
 }
 
 
-def dtype_bytes(dtype: str) -> float:
-    return DTYPE_BYTES.get(dtype, 4)
+def dtype_bytes(dtype: str | None) -> float:
+    """Bytes per element of an MLIR element type (4 for one this table does not know)."""
+    return DTYPE_BYTES.get(dtype or "", 4)
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,10 @@ class OpWork:
       weight_bytes: the part of ``bytes_in`` that comes straight from parameters.
       dtype: result element type.
       op_index: position in the function.
-      kind: what the device runs: ``matmul`` (dot_general, convolution), a fused group
-        of ``passes/mark_fusions.py`` (``sdpa``, ``norm``, ``softmax``, ``activation``,
-        ``linear``, ``conv``), ``gather``, or ``""`` for any other op.
+      kind: what the device runs, a ``shard_opt.kernels`` entry: ``matmul`` (dot_general,
+        convolution), a fused group of ``passes/mark_fusions.py`` (``sdpa``, ``norm``,
+        ``softmax``, ``rope``, ``activation``, ``linear``, ``conv``), ``gather``,
+        ``cache_update``, or ``""`` for any other op.
       fidelity: the storage type of the block-float weight it reads (``bfp8``,
         ``bfp4``), which sets a matmul's math fidelity; None for plain weights.
       kv_len: an attention's keys per (user, head) on one device (the ``Sk`` of its
@@ -121,6 +123,8 @@ class ModuleFacts:
         (the largest sum of one op's operands and results).
       violations: the ids of the compiler-safety rules (``shard_opt.rules``) the module
         breaks, each once (``residual-stream``, ``collective-permute``, ...).
+      unpriced: those of ``violations`` whose rule only reports (action ``report``): said
+        in the report, never priced infinite.
       routed_experts: for a mixture of experts, its router's E, k and tokens per device
         and the share of expert weights read: their ops are priced as routed.
     """
@@ -135,6 +139,7 @@ class ModuleFacts:
     arg_local_elements: list[int] = field(default_factory=list)
     peak_activation_bytes: int = 0
     violations: list[str] = field(default_factory=list)
+    unpriced: tuple[str, ...] = ()
     routed_experts: dict | None = None  # a mixture of experts priced as routed (analysis._route_experts)
 
     @property

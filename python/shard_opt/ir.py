@@ -202,24 +202,28 @@ def print_module(module, *, debug_info: bool = False) -> str:
         return str(op)
 
 
-def run_pipeline(module, pipeline: str, *, name: str = "pipeline", verify: bool = True) -> None:
+def run_pipeline(module, pipeline: str, *, name: str = "pipeline", verify: bool = True, repro: bool = True) -> None:
     """Run an MLIR textual pass pipeline on ``module`` in place.
 
     On failure the input IR is written to a file and the error names it with the
     command that reproduces the failure (torch-mlir's repro-report habit). ``verify``
     runs the IR verifier after every pass (MLIR's default); a search turns it off for
     its candidates (it is most of a Shardy run's time) and keeps it for the plan it emits.
+    ``repro=False``: no input kept and no file written (a ``PassManager`` running this as
+    one of its steps writes the repro itself); the error names the pipeline.
     """
     from jaxlib.mlir import passmanager
 
     with module.context:
-        before = module.operation.clone()  # for the repro; printed only on failure
+        before = module.operation.clone() if repro else None  # for the repro; printed only on failure
         try:
             pm = passmanager.PassManager.parse(pipeline)
             pm.enable_verifier(verify)
             with _lock:
                 pm.run(module.operation)
         except Exception as e:
+            if before is None:
+                raise PassError(f"{name} failed: {_first_diagnostic(e)} (in '{pipeline}')") from None
             fd, path = tempfile.mkstemp(prefix=f"shard-opt-{name}-", suffix=".mlir")
             with os.fdopen(fd, "w") as f:
                 f.write(before.get_asm(enable_debug_info=True))
@@ -316,10 +320,6 @@ def xla_backend():
     from jax._src import xla_bridge
 
     return xla_bridge.get_backend("cpu")
-
-
-def xla_device_count() -> int:
-    return len(xla_backend().devices())
 
 
 def xla_compile(text: str, num_partitions: int, *, shardy: bool = True, to_run: bool = True):

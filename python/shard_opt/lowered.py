@@ -17,6 +17,18 @@ ARG_KINDS = ("param", "buffer", "input", "cache")
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
 
+def role_of(name: str) -> str:
+    """A name with its layer indices written ``*``: ``model.layers.3.mlp.up_proj.weight``
+    -> ``model.layers.*.mlp.up_proj.weight`` (one role across repeated layers)."""
+    return _LAYER_INDEX.sub(".*.", "." + name + ".").strip(".")
+
+
+def layer_of(name: str) -> int | None:
+    """The first layer index in a name (``model.layers.3.mlp`` -> 3), or None."""
+    m = _LAYER_INDEX.search("." + name + ".")
+    return int(m.group(1)) if m else None
+
+
 @dataclass(frozen=True)
 class Argument:
     """One argument of ``@main``.
@@ -45,15 +57,14 @@ class Argument:
         """Index of the repeated block this argument belongs to, if its name has one."""
         if self.repeat:
             return self.repeat[1]
-        m = _LAYER_INDEX.search("." + self.name + ".")
-        return int(m.group(1)) if m else None
+        return layer_of(self.name)
 
     @property
     def role(self) -> str:
         """The name with layer indices replaced by ``*``: one role across repeated layers."""
         if self.repeat:
             return self.repeat[0]
-        return _LAYER_INDEX.sub(".*.", "." + self.name + ".").strip(".")
+        return role_of(self.name)
 
 
 _DIGITS = re.compile(r"\d+")
@@ -199,6 +210,15 @@ class PendingModel:
 
     def __setattr__(self, name, value):
         setattr(self.resolve(), name, value)
+
+
+def layer_copy(model: "LoweredModel") -> "LoweredModel":
+    """The 1-layer copy of a model scored from its short copies (more than two repeated
+    layers, ``search.make_scorer``), else the model: what a layer holds, every layer holds
+    (the search reads its limits and constraint sites there)."""
+    if model.with_layers is not None and (model.num_layers or 0) > 2:
+        return model.with_layers(1)
+    return model
 
 
 def indices_by_role(arguments: list[Argument]) -> dict[tuple, list[int]]:

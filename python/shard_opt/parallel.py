@@ -19,6 +19,7 @@ imports jax and builds its MLIR context as soon as it starts, while the caller g
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import pickle
 import select
@@ -30,6 +31,10 @@ MIN_BATCH = 8  # smaller batches run in-process: a round trip costs more than it
 MIN_SECONDS = 4.0  # ...and so do batches shorter than this in-process (a worker's start-up)
 
 MAX_CHUNK = 16  # tasks per message to a worker (smaller chunks balance better, cost more round trips)
+
+# what a worker imports as it starts, before its first task: the module whose tasks it runs
+# (a name, not an import: this module is below the engine it serves)
+WARM_UP = ("shard_opt.evaluate",)
 
 _WORKERS: list[subprocess.Popen] = []
 _KNOWN: dict[int, set] = {}  # worker pid -> uids of the evaluator specs it was sent
@@ -63,7 +68,7 @@ def _workers(n: int) -> list[subprocess.Popen]:
     while len(_WORKERS) < n:
         env = dict(os.environ, SHARD_OPT_JOBS="1")
         _WORKERS.append(subprocess.Popen(
-            [sys.executable, "-m", "shard_opt.parallel"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "shard_opt.parallel", *WARM_UP], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=env,
         ))
         if len(_WORKERS) == 1:
@@ -159,12 +164,12 @@ def _poll_ready() -> None:
 
 
 def _for_worker(w: subprocess.Popen, task):
-    """``task`` as sent to ``w``: an evaluator's spec travels once, later tasks name its uid."""
-    kind, spec, groups, arg = task
+    """``task`` as sent to ``w``: an evaluator's spec travels once, later tasks name its
+    ``uid`` in its place."""
     known = _KNOWN.setdefault(w.pid, set())
-    if spec[0] in known:
-        return kind, (spec[0],), groups, arg
-    known.add(spec[0])
+    if task.spec.uid in known:
+        return dataclasses.replace(task, spec=task.spec.uid)
+    known.add(task.spec.uid)
     return task
 
 
@@ -182,29 +187,23 @@ def close() -> None:
 
 # ---- worker side --------------------------------------------------------------------
 
-_EVALUATORS: dict = {}
+_EVALUATORS: dict = {}  # uid -> the evaluator built from the spec of that uid
 
 
 def _evaluator(spec):
-    uid = spec[0]
-    if uid not in _EVALUATORS:
-        from shard_opt.evaluate import Evaluator
-        from shard_opt.lowered import LoweredModel
-
-        _, name, text, arguments, mesh, system, cost_model, result_shardings, pipeline, storage, allow = spec
-        model = LoweredModel(name, text, arguments)
-        _EVALUATORS[uid] = Evaluator(model, mesh, system, cost_model, result_shardings=result_shardings,
-                                     pipeline=pipeline, prepared=(text, storage), allow=allow)
-    return _EVALUATORS[uid]
+    """The evaluator ``spec`` stands for: built (``spec.build()``) the first time its uid
+    comes, named by its uid alone after that (``_for_worker``)."""
+    if isinstance(spec, str):
+        return _EVALUATORS[spec]
+    if spec.uid not in _EVALUATORS:
+        _EVALUATORS[spec.uid] = spec.build()
+    return _EVALUATORS[spec.uid]
 
 
 def work(task):
-    """One task: ("facts", spec, groups, assignment) or ("probe", spec, groups, (gi, o))."""
-    kind, spec, groups, arg = task
-    ev = _evaluator(spec)
-    if kind == "facts":
-        return ev.facts(groups, arg)
-    return ev.probe(groups, *arg)
+    """One task (``evaluate.Task``: a candidate's facts or a probe), computed by the
+    evaluator its spec stands for (``Evaluator.local``)."""
+    return _evaluator(task.spec).local(task)
 
 
 def _serve() -> None:
@@ -222,17 +221,21 @@ def _serve() -> None:
             _send(stdout, e)
 
 
-def _warm_up() -> None:
+def _warm_up(modules: list[str]) -> None:
     """What every first task needs, done before the first batch arrives: jax's MLIR
-    bindings, the dialects and the shared context."""
+    bindings, the dialects and the shared context, and the caller's modules (``WARM_UP``:
+    the passes, the analysis, the cost models)."""
+    import importlib
+
     from shard_opt import ir
-    from shard_opt import evaluate  # noqa: F401  (the passes, the analysis, the cost models)
 
     ir.shared_context()
+    for name in modules:
+        importlib.import_module(name)
 
 
 if __name__ == "__main__":
-    _warm_up()
+    _warm_up(sys.argv[1:])
     _serve()
     # the caller waits for this exit (``close``): skip the interpreter's teardown of jax,
     # MLIR and every module (most of a second); every reply is flushed already

@@ -1,37 +1,113 @@
-"""The plan (DESIGN.md "Plan JSON", docs/plan.md): one typed value, every figure computed.
+"""The plan (docs/design.md, "The plan value and its JSON"; docs/plan.md): one frozen value.
 
-``Plan`` is what the driver builds (``build_plan``, once per model) and what every
-emitter reads (the report, the torch script, the lit test, verify-ir, the JAX code);
-``Plan.to_json()`` is the plan JSON ``--plan-json`` writes, ``Plan.from_json()`` reads it
-back (and refuses a plan of another ``SCHEMA_VERSION`` with one line). Its fields are the
-plan JSON's top-level keys. The records the emitters read under them are dataclasses too
-(``Record``: ``MeshRecord`` for ``mesh`` and ``meshes``, ``Argument``, ``Collective``,
-``Cost``; ``RECORDS``), their fields the JSON's keys: ``from_json`` builds them, checking
-each one's keys and types, and ``to_json`` writes them back as they were written. The
-other records (a baseline, a group, a safety row ...) stay JSON objects. A pipeline's plan
-is a ``PipelinePlan``.
+Only value types live here. ``Plan`` is one model's plan, ``PipelinePlan`` several models'
+on one mesh; the records under them (``MeshRecord``, ``ArgumentRecord``,
+``CollectiveRecord``, ``CostRecord``, ``PairRecord``: ``RECORDS``) are dataclasses whose
+fields are their JSON keys, named apart from the engine's ``lowered.Argument``,
+``facts.Collective`` and ``facts.Cost`` they are written from. Every one is frozen, and
+so is what it holds: a list is a ``FrozenList``, a JSON object a ``FrozenDict``, an argument's
+sharding a ``sharding.TensorSharding``. A plan is built once, from the search's result,
+the explanation and the checks (``shard_opt.build``), and read by every emitter (the
+report, the torch script, the lit test, verify-ir); to vary one (a test), build another
+with ``dataclasses.replace``.
+
+``Plan.to_json()`` is the plan JSON ``--plan-json`` writes; ``Plan.from_json()`` reads it
+back, checking every key and its JSON type, and refuses a plan of another
+``SCHEMA_VERSION`` with one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
+import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from shard_opt.evaluate import Evaluation, Score
-from shard_opt.lowered import LoweredModel
-from shard_opt.sharding import Mesh, TensorSharding
-
+from shard_opt.sharding import TensorSharding
 
 SCHEMA_VERSION = 1  # the plan JSON's layout; a reader refuses any other (Plan.from_json)
 
 
+class FrozenDict(dict):
+    """A JSON object that cannot change (a plan's field, or a value inside one)."""
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("a plan is frozen: build another (dataclasses.replace)")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _frozen  # type: ignore
+
+    def __hash__(self):  # noqa: D105
+        return hash(tuple(self.items()))
+
+    def __reduce__(self):
+        return FrozenDict, (dict(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class FrozenList(list):
+    """A JSON list that cannot change (equal to the list it was made from)."""
+
+    def _frozen(self, *args, **kwargs):
+        raise TypeError("a plan is frozen: build another (dataclasses.replace)")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen  # type: ignore
+    append = extend = insert = remove = pop = clear = sort = reverse = _frozen  # type: ignore
+
+    def __hash__(self):  # noqa: D105
+        return hash(tuple(self))
+
+    def __reduce__(self):
+        return FrozenList, (list(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def freeze(v):
+    """A JSON value (or a record, a sharding) as the plan holds it: every dict a
+    ``FrozenDict``, every list a ``FrozenList``, all the way down."""
+    if isinstance(v, (FrozenDict, FrozenList, Record, TensorSharding)):
+        return v
+    if isinstance(v, dict):
+        return FrozenDict({k: freeze(x) for k, x in v.items()})
+    if isinstance(v, (list, tuple)):
+        return FrozenList(freeze(x) for x in v)
+    return v
+
+
+def thaw(v):
+    """A plan's value as plain JSON (a copy: lists and dicts; a record as its JSON; a
+    sharding as its per-dim axis names)."""
+    if isinstance(v, Record):
+        return v.to_json()
+    if isinstance(v, TensorSharding):
+        return v.axis_names()
+    if isinstance(v, dict):
+        return {k: thaw(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [thaw(x) for x in v]
+    return v
+
+
 class _ByKey:
     """``x[key]`` / ``x.get(key)`` / ``key in x``: a field by its JSON key, when the plan
-    JSON holds it (``_holds``), as a dict of the JSON would (for scripts and tests written
-    against the JSON; shard-opt's own code reads the attributes)."""
+    JSON holds it, as a dict of the JSON would (read-only: for scripts and tests written
+    against the plan JSON; shard-opt's own code reads the attributes)."""
 
     def _holds(self, key: str) -> bool:
         raise NotImplementedError
@@ -48,23 +124,34 @@ class _ByKey:
         return self._holds(key)
 
 
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Record(_ByKey):
-    """A record under the plan (``MeshRecord``, ``Argument``, ``Collective``, ``Cost``): its
-    fields are its JSON keys, in the order the plan JSON writes them. ``to_json`` writes a
-    field without a default always, one of ``WRITTEN`` always (null when None), any other
-    only when it is set. ``record[key]`` / ``record.get(key)`` / ``key in record`` read a
-    field by its JSON key, as a dict of the JSON would (for scripts and tests written
-    against the JSON; shard-opt's own code reads the attributes)."""
+    """A record under the plan: its fields are its JSON keys, in the order the plan JSON
+    writes them. ``to_json`` writes a field without a default always, one of ``WRITTEN``
+    always (null when None), any other only when it is set. ``CODECS``: a field held as
+    another type than its JSON (``field -> (JSON type, from JSON, to JSON)``)."""
 
     WRITTEN: ClassVar[tuple[str, ...]] = ()  # optional fields every run writes, null or not
+    TITLE: ClassVar[str] = ""  # what a message of the plan JSON reader calls it (default: the class name)
+    CODECS: ClassVar[dict] = {}
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            codec = self.CODECS.get(f.name)
+            if codec is not None and v is not None:
+                # held as its JSON says it: a value given in the held type goes through its JSON
+                # (a sharding's sub-axes and open dims are not in the plan JSON)
+                v = codec[1](thaw(v) if isinstance(v, (list, tuple)) else codec[2](v))
+            object.__setattr__(self, f.name, freeze(v))
 
     def to_json(self) -> dict:
         """The record as the plan JSON writes it (a copy)."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             if self._written(f):
-                out[f.name] = _copy(getattr(self, f.name))
+                v = getattr(self, f.name)
+                out[f.name] = self.CODECS[f.name][2](v) if f.name in self.CODECS and v is not None else thaw(v)
         return out
 
     def _written(self, f: dataclasses.Field) -> bool:
@@ -80,32 +167,45 @@ class Record(_ByKey):
         f = _RECORD_FIELDS[type(self)].get(key)
         return f is not None and self._written(f)
 
+    def __getitem__(self, key: str):
+        v = super().__getitem__(key)
+        codec = self.CODECS.get(key)
+        return codec[2](v) if codec is not None and v is not None else v  # its JSON, as the key reads
 
-@dataclass(kw_only=True)
+    def get(self, key: str, default=None):
+        return self[key] if self._holds(key) else default
+
+
+@dataclass(frozen=True, kw_only=True)
 class MeshRecord(Record):
     shape: list[int]
     axes: list[str]
 
 
-@dataclass(kw_only=True)
-class Argument(Record):
+@dataclass(frozen=True, kw_only=True)
+class ArgumentRecord(Record):
+    TITLE = "Argument"
+    # the plan JSON writes a sharding as its per-dim axis names ([] = replicated)
+    CODECS = {"sharding": (list[list[str]], TensorSharding.of, TensorSharding.axis_names)}
+
     index: int
     name: str
     kind: str  # param, buffer, input, cache
     shape: list[int]
     dtype: str
-    sharding: list[list[str]]  # per dim, the mesh axes it is split on ([] = replicated)
+    sharding: TensorSharding  # per dim, the mesh axes it is split on
     storage: str | None = None  # stored on device as a block float
 
 
-@dataclass(kw_only=True)
-class Collective(Record):
+@dataclass(frozen=True, kw_only=True)
+class CollectiveRecord(Record):
+    TITLE = "Collective"
     kind: str  # all_reduce, all_gather, reduce_scatter, all_to_all, collective_permute, all_slice
     axes: list[str]
     shape: list[int]
     dtype: str
     bytes_per_device: int
-    # DESIGN.md's minimum plan JSON: a collective without group_size or layer is still a plan
+    # docs/design.md's minimum plan JSON: a collective without group_size or layer is still a plan
     group_size: int | None = None
     component: str
     layer: int | None = None
@@ -120,8 +220,9 @@ class Collective(Record):
     WRITTEN = ("group_size", "layer", "time_us", "op_index", "loc", "producer", "reason")
 
 
-@dataclass(kw_only=True)
-class Cost(Record):
+@dataclass(frozen=True, kw_only=True)
+class CostRecord(Record):
+    TITLE = "Cost"
     total_us: float | None
     compute_us: float | None
     ccl_us: float | None
@@ -136,41 +237,47 @@ class Cost(Record):
     WRITTEN = ("layout_us",)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PairRecord(Record):
+    """A column -> row pair the model's dataflow holds (``shard_opt.structure``), by role:
+    the column weights, whose output features (``column_dims``) feed the row weights' input
+    features (``row_dims``) through elementwise ops, views and attention; an output head has
+    no row. ``kind``: ``attention``, ``mlp``, ``conv``, ``experts`` or ``head``."""
+
+    TITLE = "Pair"
+    kind: str
+    column: list[str]
+    row: list[str]
+    column_dims: list[int] | None = None
+    row_dims: list[int] | None = None
+
+
 # The records under a top-level key (the emitters read them as attributes): key -> (the
 # record, a list of them). ``from_json`` builds them, checking each one's keys and their
 # JSON types (``_records_of``).
 RECORDS: dict[str, tuple[type[Record], bool]] = {
     "mesh": (MeshRecord, False),
     "meshes": (MeshRecord, True),
-    "arguments": (Argument, True),
-    "collectives": (Collective, True),
-    "cost": (Cost, False),
+    "arguments": (ArgumentRecord, True),
+    "collectives": (CollectiveRecord, True),
+    "cost": (CostRecord, False),
+    "pairs": (PairRecord, True),
 }
-_RECORD_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)} for cls in (MeshRecord, Argument, Collective, Cost)}
+_RECORD_FIELDS = {cls: {f.name: f for f in dataclasses.fields(cls)}
+                  for cls in (MeshRecord, ArgumentRecord, CollectiveRecord, CostRecord, PairRecord)}
 
 
 class PlanSchemaError(ValueError):
     """A plan JSON this version cannot read (another schema version, a missing or unknown key)."""
 
 
-def _json_type(tp: str) -> tuple[type, ...]:
-    """The JSON values a field annotated ``tp`` may hold (None aside)."""
-    if tp.startswith("list") or tp.startswith("List"):
-        return (list,)
-    if tp.startswith(("dict", "MeshRecord", "Cost")):
-        return (dict,)
-    return {"str": (str,), "bool": (bool,), "int": (int,)}.get(tp.split(" ")[0].split("|")[0].strip(), (object,))
-
-
-@dataclass
+@dataclass(frozen=True)
 class Plan(_ByKey):
     """One model's plan; the fields are the plan JSON's keys, in the order it writes them.
 
     A field is written when it is set (not None), a field of ``REQUIRED`` always, and
     ``memory_fallback_reason`` whenever ``memory_fallback`` is (null when there is no
-    fallback). ``note()`` appends to ``notes``.
-    ``plan[key]`` / ``plan.get(key)`` / ``key in plan`` read a field by its JSON key, as
-    a dict of the plan JSON would (for code written against the JSON: scripts, tests)."""
+    fallback). Frozen, with everything it holds (module docstring)."""
 
     model: str
     source: str | None = None
@@ -179,11 +286,11 @@ class Plan(_ByKey):
     cost_model: str | None = None
     parallelism: list[str] | None = None
     strategy: str | None = None
-    arguments: list[Argument] | None = None
+    arguments: list[ArgumentRecord] | None = None
     inputs: list[str] | None = None
     groups: list[dict] | None = None
-    collectives: list[Collective] | None = None
-    cost: Cost | None = None
+    collectives: list[CollectiveRecord] | None = None
+    cost: CostRecord | None = None
     baselines: dict | None = None
     search: dict | None = None
     memory_fallback: bool | None = None
@@ -208,20 +315,20 @@ class Plan(_ByKey):
     constraints: list[dict] | None = None
     routed_experts: dict | None = None
     kv_layout: dict | None = None
+    pairs: list[PairRecord] | None = None
     checks: dict | None = None
     mesh_choice: dict | None = None
     numerics: dict | None = None
     xla_crosscheck: dict | None = None
 
-    # what a plan JSON must hold to be read (DESIGN.md's minimum fields); the driver writes
+    # what a plan JSON must hold to be read (docs/design.md's minimum fields); the driver writes
     # every key above ``meshes`` always (memory_fallback_reason null when there is none)
-    REQUIRED = ("model", "mesh", "system", "arguments", "collectives", "cost", "baselines", "search")
+    REQUIRED: ClassVar[tuple[str, ...]] = ("model", "mesh", "system", "arguments", "collectives", "cost",
+                                           "baselines", "search")
 
-    def note(self, text: str) -> None:
-        """Add a line to the plan's ``notes``."""
-        if self.notes is None:
-            self.notes = []
-        self.notes.append(text)
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, freeze(getattr(self, f.name)))
 
     def to_json(self) -> dict:
         """The plan JSON: ``schema_version``, then every required field and every optional
@@ -229,15 +336,17 @@ class Plan(_ByKey):
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
         for f in dataclasses.fields(self):
             if self._written(f.name):
-                out[f.name] = _copy(getattr(self, f.name))
+                out[f.name] = thaw(getattr(self, f.name))
         return out
 
     def _written(self, name: str) -> bool:
-        """Whether the plan JSON holds ``name`` (``to_json``, and ``plan[name]``)."""
+        """Whether the plan JSON holds ``name``."""
         if name not in _FIELD_NAMES[type(self)]:
             return False
         return (getattr(self, name) is not None or name in self.REQUIRED
                 or (name == "memory_fallback_reason" and getattr(self, "memory_fallback", None) is not None))
+
+    _holds = _written
 
     @classmethod
     def from_json(cls, data: dict, *, where: str = "plan") -> "Plan":
@@ -251,11 +360,8 @@ class Plan(_ByKey):
             raise PlanSchemaError(f"{where}: a pipeline plan, not one model's (PipelinePlan.from_json reads it)")
         return cls(**_fields_of(cls, data, where))
 
-    def _holds(self, key: str) -> bool:
-        return self._written(key)
 
-
-@dataclass
+@dataclass(frozen=True)
 class PipelinePlan(_ByKey):
     """The plan of several models on one mesh (``shard-opt A B C``): each model's ``Plan``,
     the shared mesh, the slowest model (which chose the mesh) and why it was chosen. A
@@ -270,16 +376,20 @@ class PipelinePlan(_ByKey):
     numerics: dict | None = None  # --verify-numerics: passed, and the models that failed
     serving: dict | None = None  # --serve: the deployment (pipeline = [prefill plan, decode plan]; docs/plan.md)
 
-    REQUIRED = ("pipeline", "mesh", "slowest")
+    REQUIRED: ClassVar[tuple[str, ...]] = ("pipeline", "mesh", "slowest")
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            object.__setattr__(self, f.name, freeze(getattr(self, f.name)))
 
     def to_json(self) -> dict:
         """The pipeline's plan JSON: one ``schema_version`` for all, each model's plan under ``pipeline``."""
         subs = [{k: v for k, v in p.to_json().items() if k != "schema_version"} for p in self.pipeline]
         out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "pipeline": subs,
-                               "mesh": _copy(self.mesh), "slowest": self.slowest}
+                               "mesh": thaw(self.mesh), "slowest": self.slowest}
         for k in ("notes", "mesh_choice", "numerics", "serving"):
             if getattr(self, k) is not None:
-                out[k] = _copy(getattr(self, k))
+                out[k] = thaw(getattr(self, k))
         return out
 
     @classmethod
@@ -290,12 +400,11 @@ class PipelinePlan(_ByKey):
         if "pipeline" not in data:
             raise PlanSchemaError(f"{where}: one model's plan, not a pipeline's (Plan.from_json reads it)")
         fields = _fields_of(cls, data, where)
-        subs = fields["pipeline"]
         fields["pipeline"] = [Plan.from_json({"schema_version": SCHEMA_VERSION, **p}, where=f"{where}: pipeline[{i}]")
-                              for i, p in enumerate(subs)]
+                              for i, p in enumerate(fields["pipeline"])]
         return cls(**fields)
 
-    _holds, _written = Plan._holds, Plan._written
+    _holds = _written = Plan._written
 
 
 def plan_from_json(data: dict, *, where: str = "plan") -> Plan | PipelinePlan:
@@ -305,12 +414,20 @@ def plan_from_json(data: dict, *, where: str = "plan") -> Plan | PipelinePlan:
     return Plan.from_json(data, where=where)
 
 
+def dumps(plan: Plan | PipelinePlan) -> str:
+    """The plan JSON's text (``--plan-json``)."""
+    return json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n"
+
+
 def _check_version(data: dict, where: str) -> None:
     v = data.get("schema_version")
     if v != SCHEMA_VERSION:
         got = "no schema_version" if v is None else f"schema_version {v!r}"
         raise PlanSchemaError(f"{where}: plan JSON has {got}; this shard-opt reads schema_version {SCHEMA_VERSION} "
                               f"(re-run shard-opt --plan-json to write it)")
+
+
+_FIELD_NAMES = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (Plan, PipelinePlan)}
 
 
 def _fields_of(cls, data: dict, where: str) -> dict:
@@ -322,23 +439,25 @@ def _fields_of(cls, data: dict, where: str) -> dict:
     missing = [k for k in cls.REQUIRED if k not in data]
     if missing:
         raise PlanSchemaError(f"{where}: plan JSON lacks {', '.join(map(repr, missing))}")
+    hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
         v = data[f.name]
-        ok = _json_type(str(f.type))
-        if v is not None and not isinstance(v, ok) or (v is None and f.name in cls.REQUIRED):
+        # a record key's items are checked by _records_of, with the record's own message
+        tp = (list if RECORDS[f.name][1] else dict) if f.name in RECORDS else hints[f.name]
+        if (v is not None and not _json_ok(v, tp)) or (v is None and f.name in cls.REQUIRED):
             raise PlanSchemaError(f"{where}: plan JSON key {f.name!r} is {type(v).__name__}, "
-                                  f"not {'/'.join(t.__name__ for t in ok)}")
-        out[f.name] = _records_of(f.name, v, where) if v is not None and f.name in RECORDS else _copy(v)
+                                  f"not {_json_kind(hints[f.name])}")
+        out[f.name] = _records_of(f.name, v, where) if v is not None and f.name in RECORDS else v
     return out
 
 
 def _json_ok(v, tp) -> bool:
-    """Whether JSON value ``v`` is of the annotated type ``tp`` (``int`` is a ``float``)."""
+    """Whether JSON value ``v`` is of the annotated type ``tp`` (``int`` is a ``float``; a
+    record or a plan is a JSON object): the one type check of every plan JSON key."""
     import types
-    import typing
 
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -348,13 +467,31 @@ def _json_ok(v, tp) -> bool:
     if origin is list:
         (item,) = typing.get_args(tp) or (typing.Any,)
         return isinstance(v, list) and all(_json_ok(x, item) for x in v)
+    if origin is dict or (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+        return isinstance(v, dict)
     if tp is float:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if tp is int:
         return isinstance(v, int) and not isinstance(v, bool)
-    if tp in (str, bool, dict):
+    if tp in (str, bool, dict, list):
         return isinstance(v, tp)
     return True
+
+
+def _json_kind(tp) -> str:
+    """The JSON kind a top-level key of annotated type ``tp`` holds (``dict``, ``list``,
+    ``str`` ...), for the message of a key of the wrong kind."""
+    import types
+
+    args = [t for t in typing.get_args(tp) if t is not type(None)] \
+        if typing.get_origin(tp) in (typing.Union, types.UnionType) else [tp]
+    kinds = []
+    for t in args:
+        origin = typing.get_origin(t) or t
+        kind = "list" if origin is list else "dict" if origin is dict or dataclasses.is_dataclass(origin) else \
+            getattr(origin, "__name__", str(origin))
+        kinds.append(kind)
+    return "/".join(dict.fromkeys(kinds))
 
 
 def _type_text(tp) -> str:
@@ -366,14 +503,12 @@ def _records_of(key: str, value, where: str):
     """The record(s) under ``key`` (``RECORDS``); refused in one line when one is not an
     object, lacks a key every plan JSON writes, holds a key the record does not have, or
     holds a key of the wrong JSON type."""
-    import typing
-
     record, many = RECORDS[key]
     if many and not isinstance(value, list):
         raise PlanSchemaError(f"{where}: plan JSON key {key!r} is {type(value).__name__}, not list")
     hints = typing.get_type_hints(record)
     fields = _RECORD_FIELDS[record]
-    name = record.__name__
+    name = record.TITLE or record.__name__
     out = []
     for i, r in enumerate(value) if many else [(None, value)]:
         at = f"{key}[{i}]" if many else key
@@ -387,146 +522,13 @@ def _records_of(key: str, value, where: str):
         if unknown:
             raise PlanSchemaError(f"{where}: plan JSON {at} has unknown key(s) {', '.join(map(repr, unknown))} "
                                   f"({name}, schema_version {SCHEMA_VERSION})")
+        values = {}
         for k, v in r.items():
-            if not _json_ok(v, hints[k]):
+            codec = record.CODECS.get(k)
+            tp = codec[0] if codec else hints[k]
+            if not _json_ok(v, tp):
                 raise PlanSchemaError(f"{where}: plan JSON {at}.{k} is {json.dumps(v)[:40]}, not "
-                                      f"{_type_text(hints[k])} ({name})")
-        out.append(record(**{k: _copy(v) for k, v in r.items()}))
+                                      f"{_type_text(tp)} ({name})")
+            values[k] = codec[1](v) if codec and v is not None else v
+        out.append(record(**values))
     return out if many else out[0]
-
-
-def _copy(v):
-    """A deep copy of a JSON value (lists and dicts rebuilt, scalars shared; a record as its JSON)."""
-    if isinstance(v, Record):
-        return v.to_json()
-    if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_copy(x) for x in v]
-    return v
-
-
-_FIELD_NAMES = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (Plan, PipelinePlan)}
-
-
-def _r(x: float) -> float:
-    if x is None or (isinstance(x, float) and math.isinf(x)):
-        return None
-    return round(float(x), 3)
-
-
-def cost_of(ev: Evaluation) -> Cost:
-    """An evaluation's cost as the plan records it."""
-    s = ev.score
-    return Cost(total_us=_r(s.total_us), compute_us=_r(s.compute_us), ccl_us=_r(s.ccl_us),
-                ccl_count=s.ccl_count, ccl_bytes=s.ccl_bytes, memory_per_device_bytes=int(s.memory_bytes),
-                fits=bool(s.fits), layout_us=_r(ev.cost.layout_us))
-
-
-def score_dict(s: Score) -> dict:
-    return {"total_us": _r(s.total_us), "compute_us": _r(s.compute_us), "ccl_us": _r(s.ccl_us),
-            "ccl_count": s.ccl_count, "ccl_bytes": s.ccl_bytes,
-            "memory_per_device_bytes": int(s.memory_bytes), "fits": bool(s.fits)}
-
-
-def component_of(name: str) -> str:
-    """``model.layers.0.mlp.up_proj.weight`` -> ``model.layers.0.mlp.up_proj``."""
-    parts = name.split(".")
-    return ".".join(parts[:-1]) if len(parts) > 1 else name
-
-
-def strategy_text(model: LoweredModel, shardings: dict[int, TensorSharding]) -> str:
-    """Name the parallelism families a plan uses, from which arguments it splits."""
-    fams: dict[str, set[str]] = {}
-    for a in model.arguments:
-        s = shardings.get(a.index)
-        if s is None or s.is_replicated:
-            continue
-        for d, axes in enumerate(s.dims):
-            for ax in axes:
-                if a.kind in ("param", "buffer"):
-                    fams.setdefault("tensor", set()).add(ax.name)
-                elif d == 0:
-                    fams.setdefault("data", set()).add(ax.name)
-                elif a.kind == "input" and d == 1:
-                    fams.setdefault("sequence", set()).add(ax.name)
-                else:
-                    fams.setdefault("tensor", set()).add(ax.name)
-    if not fams:
-        return "replicated (no split pays for its collectives)"
-    return "; ".join(f"{f} parallel on {'+'.join(sorted(ax))}" for f, ax in sorted(fams.items()))
-
-
-def collective_entry(c, args: dict) -> dict:
-    """A collective as a baseline's JSON lists it (``baselines.loader-spec.collectives``):
-    what it moves, and the component it belongs to (``args``: argument index ->
-    ``lowered.Argument``); the plan's own add their time and origin (``collectives_of``)."""
-    origin = args.get(c.origin_arg)
-    return {"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
-            "bytes_per_device": c.bytes_per_device, "group_size": c.group_size,
-            "component": component_of(origin.name) if origin else "(model inputs)",
-            "layer": origin.layer if origin else None}
-
-
-def collectives_of(ev: Evaluation, args: dict) -> list[Collective]:
-    """An evaluation's collectives as the plan lists them, each with its modeled time."""
-    out = []
-    times = ev.cost.collective_us or [None] * len(ev.facts.collectives)
-    for c, t in zip(ev.facts.collectives, times):
-        out.append(Collective(**collective_entry(c, args), time_us=_r(t), op_index=c.op_index, loc=c.loc,
-                              producer=c.producer, reason=c.reason, cause=c.cause or None))
-    return out
-
-
-def mesh_record(mesh: Mesh) -> MeshRecord:
-    return MeshRecord(shape=list(mesh.shape), axes=list(mesh.axes))
-
-
-def checkable(model: LoweredModel, mesh: Mesh, ev: Evaluation) -> Plan:
-    """The part of a plan the tt-mlir check reads (``shard_opt.ttmlir.check``): its mesh,
-    its priced collectives and its cost, for a plan that is not (yet) built."""
-    return Plan(model=model.name, mesh=mesh_record(mesh),
-                collectives=collectives_of(ev, {a.index: a for a in model.arguments}), cost=cost_of(ev))
-
-
-def build_plan(model: LoweredModel, mesh: Mesh, meshes: list[Mesh], system_name: str,
-               cost_model_name: str, parallelism: list[str], final: Evaluation, *,
-               groups: list[dict] | None = None, baselines: dict | None = None,
-               search: dict | None = None, memory_fallback: str | None = None,
-               scored: Score | None = None, notes: list[str] | None = None) -> Plan:
-    args = {a.index: a for a in model.arguments}
-    arguments = []
-    for a in model.arguments:
-        s = final.shardings.get(a.index) or TensorSharding.replicated(len(a.shape))
-        arguments.append(Argument(index=a.index, name=a.name, kind=a.kind, shape=list(a.shape), dtype=a.dtype,
-                                  sharding=s.axis_names(), storage=final.storage.get(a.index)))
-    collectives = collectives_of(final, args)
-    search = search or {"candidates_evaluated": 1, "seconds": 0.0, "exhaustive": True}
-    if scored is not None:
-        search["scored_cost"] = score_dict(scored)
-    meta = {key: model.meta[key] for key in ("phase", "batch", "seq_len", "dtype") if key in model.meta}
-    plan = Plan(
-        model=model.name, source=model.source, mesh=mesh_record(mesh),
-        system=system_name, cost_model=cost_model_name, parallelism=list(parallelism),
-        strategy=strategy_text(model, final.shardings), arguments=arguments,
-        inputs=[a.name for a in model.arguments if a.kind in ("input", "cache")], groups=groups or [],
-        collectives=collectives, cost=cost_of(final), baselines=baselines or {}, search=search,
-        memory_fallback=memory_fallback is not None, memory_fallback_reason=memory_fallback,
-        meshes=[mesh_record(m) for m in meshes] if len(meshes) > 1 else None,
-        num_layers=model.num_layers or None, architecture=model.architecture or None,
-        notes=list(notes) if notes else None, **meta,
-    )
-    resized = model.meta.get("inputs_resized")  # --batch/--seq-len changed a script's token inputs
-    if resized:
-        from shard_opt.frontends import resized_text
-
-        plan.inputs_resized = dict(resized)
-        plan.note(resized_text(resized, model.name))
-    if model.meta.get("inputs_not_resized"):
-        plan.note(f"{model.name}: {model.meta['inputs_not_resized']}")
-    return plan
-
-
-def dumps(plan: Plan | PipelinePlan) -> str:
-    """The plan JSON's text (``--plan-json``)."""
-    return json.dumps(plan.to_json(), indent=2, sort_keys=False) + "\n"

@@ -24,7 +24,6 @@ import math
 
 from shard_opt.errors import UserError
 from shard_opt.rules import BY_ID, REPORTED, RULES, Rule  # noqa: F401  (the driver's names for them)
-from shard_opt.rules.vocab_gather import gather_indexed_dims  # noqa: F401
 
 
 def parse_allow(text: str | None) -> frozenset[str]:
@@ -84,14 +83,6 @@ def allowed(option, arg, limit: dict, mesh) -> str | None:
         if got is not None and got[0] % option.split_factor(d, mesh):
             return got[1]
     return None
-
-
-def layer_copy(model):
-    """The 1-layer copy of a model scored from its short copies (more than two repeated
-    layers, ``search.make_scorer``), else the model: what a layer holds, every layer holds."""
-    if model.with_layers is not None and (model.num_layers or 0) > 2:
-        return model.with_layers(1)
-    return model
 
 
 def broken_by(model, shardings: dict, limit: dict, meshes, violations=()) -> set[str]:

@@ -41,20 +41,27 @@ SITE_STARTS = 3  # constraint sites are searched from this many of the best argu
 
 @dataclass
 class Progress:
-    """Prints a status line on stderr when a search runs longer than a second."""
+    """Prints a status line on stderr when a search runs longer than a second. Its "best"
+    is the best plan the run has scored so far, by the search's order (``Score.key``): it
+    never gets worse, whichever part of the search (a constraint-site search started from
+    a runner-up, the memory fallback's) reports."""
 
     label: str
     stream: object = None
     enabled: bool = True
     start: float = field(default_factory=time.monotonic)
     last: float = 0.0
+    best: Score | None = None
 
     def update(self, done: int, total: int | None, best: Score | None) -> None:
+        if best is not None and (self.best is None or best.key() < self.best.key()):
+            self.best = best
         now = time.monotonic()
         if not self.enabled or now - self.start < 1.0 or now - self.last < 1.0:
             return
         self.last = now
         of = f"/{total}" if total else ""
+        best = self.best
         b = f", best {best.total_us:.1f} us, {best.ccl_count} CCLs" if best else ""
         (self.stream or sys.stderr).write(
             f"shard-opt: {self.label}: {done}{of} candidates ({now - self.start:.1f} s){b}\n"
@@ -329,3 +336,237 @@ def final_evaluation(model: LoweredModel, mesh: Mesh, system, cost_model,
     ev = Evaluator(model, mesh, system, cost_model, **setting)
     return ev.run(shardings_for(model, groups, assignment), constraints=constraints_for(groups, assignment),
                   keep_ir=True)
+
+
+# ---- the neighbourhood of the plan: what the explanation reads, priced here once ----------
+
+RIVALS = 4  # per group, the options the proxy ranks best, priced for "best other"
+RULE_COST_TRIES = 32  # removed options priced per rule, at most (in the groups' order)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One option of one group priced in place of the plan's choice (every other group at
+    the plan's): ``label`` says why it is shown (``replicated``, ``unconstrained``,
+    ``megatron column`` ..., ``best other``), ``bill`` its collectives as signatures
+    (``bill_of``)."""
+
+    group: int
+    option: int
+    label: str
+    score: Score
+    bill: tuple
+
+
+@dataclass(frozen=True)
+class Neighbourhood:
+    """Everything the explanation of a plan reads that had to be priced, priced by the
+    engine once the search and the check have settled on the plan (``price_neighbourhood``);
+    ``shard_opt.explain`` prices nothing itself.
+
+    - ``base``: the plan's score and ``base_bill`` its collectives (``bill_of``);
+    - ``alternatives``: per group, the options a reader weighs (``Alternative``);
+    - ``layer``: one repeated layer's bill (``layer_bill``): (count or None, entries);
+    - ``loader``: per group, the loader spec's option for it and its score (None: the
+      spec's split is not an option of the group, or the spec names nothing there);
+    - ``rule_costs``: what each compiler-safety rule kept the plan from (``rule_costs``);
+    - ``other_profile``: the candidates the robustness table re-ranks, priced under the
+      other collective profile: (its name, {assignment: total_us}), or None."""
+
+    base: Score
+    base_bill: tuple
+    alternatives: tuple
+    layer: tuple
+    loader: tuple | None
+    rule_costs: dict
+    other_profile: tuple | None
+    plan_score: Score  # the plan as the search scored it (robustness: the scored pool's own)
+    pool: dict  # robustness: assignment -> score of the distinct plans it re-ranks
+    equivalent: int  # robustness: candidates priced as the plan in compute and collectives
+
+
+def price_neighbourhood(groups: list[Group], assignment: tuple[int, ...], scorer, scored: dict, *,
+                        megatron: tuple[int, ...] = (), loader: dict | None = None,
+                        removed_options: dict | None = None, cost_model=None) -> Neighbourhood:
+    """Price what the explanation of the plan ``assignment`` reads (``Neighbourhood``), in
+    batches (``scorer.score_many``): the alternatives per group, the loader spec's choices
+    (``loader``: role -> sharding), what the safety rules' removed options would have
+    saved, and the candidates ``scored`` re-ranked under the other collective profile."""
+    base = scorer.score(groups, assignment)
+    alternatives = _alternatives(groups, assignment, scorer, megatron)
+    plan_score, pool, same = _robustness_pool(scored, assignment, groups, scorer)
+    other = _other_profile(cost_model)
+    other_profile = None
+    if other is not None:
+        view = scorer.with_cost_model(other)
+        other_profile = (other.ccl_profile, {a: view.score(groups, a).total_us for a in pool})
+    return Neighbourhood(
+        base=base, base_bill=bill_of(scorer, groups, assignment), alternatives=alternatives,
+        layer=layer_bill(scorer, groups=groups, assignment=assignment),
+        loader=_loader_choices(groups, assignment, scorer, loader) if loader is not None else None,
+        rule_costs=rule_costs(groups, assignment, scorer, base, removed_options or {}, scored),
+        other_profile=other_profile, plan_score=plan_score, pool=pool, equivalent=same)
+
+
+def _alternatives(groups, assignment, scorer, megatron: tuple[int, ...]) -> tuple:
+    """Per group, the options a reader weighs, each priced on the whole model with every
+    other group at the plan's choice: replicated, the group's Megatron role, and the best
+    other option (the next best too while fewer than two are listed)."""
+
+    def alt_of(gi, o):
+        return assignment[:gi] + (o,) + assignment[gi + 1:]
+
+    cands = [alt_of(gi, o) for gi, g in enumerate(groups) for o in range(len(g.options)) if o != assignment[gi]]
+    # every option ranked by the search's cheap proxy (the 1-layer model of a deep model,
+    # the score itself otherwise; memoized: most were screened by the search), and only
+    # the shown ones and the closest rivals of "best other" priced on the whole model
+    proxy = dict(zip(cands, scorer.screen_many(groups, cands)))
+    chosen = []
+    for gi, g in enumerate(groups):
+        mine = assignment[gi]
+        picks = []
+        if mine != 0:
+            picks.append((0, "unconstrained" if g.by == "site" else "replicated"))
+        mega = megatron[gi] if gi < len(megatron) else 0
+        if g.by != "site" and mega not in (0, mine):
+            picks.append((mega, "megatron " + role_word(g, mega)))
+        rest = [o for o in range(len(g.options)) if o != mine and o not in {p for p, _ in picks}]
+        rest.sort(key=lambda o: (proxy[alt_of(gi, o)].key(), o))
+        chosen.append((picks, rest[:RIVALS]))
+    scorer.score_many(groups, [alt_of(gi, o) for gi, (picks, short) in enumerate(chosen)
+                               for o in [p for p, _ in picks] + short])
+    out = []
+    for gi, (picks, short) in enumerate(chosen):
+        short.sort(key=lambda o: (scorer.score(groups, alt_of(gi, o)).key(), o))
+        # the best other option, and the next ones until a reader sees two choices
+        for o in short[:max(1, 2 - len(picks))]:
+            picks.append((o, "best other"))
+        out.append(tuple(Alternative(gi, o, label, scorer.score(groups, alt_of(gi, o)),
+                                     bill_of(scorer, groups, alt_of(gi, o))) for o, label in picks))
+    return tuple(out)
+
+
+def role_word(g, option: int) -> str:
+    """``column`` / ``row`` for a 2-D weight split on its output / input features."""
+    dims = [d for d, axes in enumerate(g.options[option].dims) if axes]
+    if len(g.shape) == 2 and dims == [0]:
+        return "column"
+    if len(g.shape) == 2 and dims == [1]:
+        return "row"
+    return g.describe(option)
+
+
+def bill_of(scorer, groups, assignment) -> tuple:
+    """The collectives to compare plans by: one repeated layer's when the scorer is
+    layered, else the whole module's, as (kind, axes, bytes per device) signatures."""
+    if isinstance(scorer, LayeredEvaluator):
+        _, layer = layer_bill(scorer, groups=groups, assignment=assignment)
+        return tuple((c["kind"], tuple(c["axes"]), c["bytes_per_device"]) for c in layer)
+    return tuple((c.kind, c.axes, c.bytes_per_device) for c in scorer.facts(groups, assignment).collectives)
+
+
+def layer_bill(scorer, *, by_role=None, groups=None, assignment=None,
+               constraints=None) -> tuple[int | None, list[dict]]:
+    """The collectives of one repeated layer: the 2-layer model's minus the 1-layer model's
+    (a count, and the collectives as plan-JSON entries); (None, []) for a model priced whole.
+    ``constraints``: with ``by_role``, a loader's activation spec (``LoaderSpec.constraints``)."""
+    from shard_opt.evaluate import shardings_by_role
+
+    if not isinstance(scorer, LayeredEvaluator):
+        return None, []
+    if by_role is not None:
+        f1, f2 = (e.facts_of(shardings_by_role(e.model, by_role), constraints) for e in (scorer.e1, scorer.e2))
+    else:
+        f1, f2 = (e.facts(groups, assignment) for e in (scorer.e1, scorer.e2))
+
+    def sig(c):
+        return c.kind, c.axes, c.global_shape, c.dtype, c.bytes_per_device
+
+    left = [sig(c) for c in f1.collectives]
+    extra = []
+    for c in f2.collectives:
+        if sig(c) in left:
+            left.remove(sig(c))
+        else:
+            extra.append({"kind": c.kind, "axes": list(c.axes), "shape": list(c.global_shape), "dtype": c.dtype,
+                          "bytes_per_device": c.bytes_per_device})
+    return len(f2.collectives) - len(f1.collectives), extra
+
+
+def _loader_choices(groups, assignment, scorer, by_role: dict) -> tuple:
+    """Per group (not the constraint sites'): (the option the loader's spec gives it or
+    None, its score with the rest of the plan kept or None)."""
+    out = []
+    for gi, g in enumerate(groups):
+        if g.by == "site":
+            out.append((None, None))
+            continue
+        want = by_role.get(g.role)
+        want_names = want.axis_names() if want is not None else [[] for _ in g.shape]
+        option = next((o for o, opt in enumerate(g.options) if opt.axis_names() == want_names), None)
+        score = None
+        if option is not None and option != assignment[gi]:
+            score = scorer.score(groups, assignment[:gi] + (option,) + assignment[gi + 1:])
+        out.append((option, score))
+    return tuple(out)
+
+
+def rule_costs(groups, assignment, scorer, score, removed_options: dict, scored: dict) -> dict[str, dict]:
+    """What each safety rule cost the plan, for the rules that kept it from something the
+    model prefers: rule -> {"plan_us", "preferred_us", "arguments": {role: sharding}}.
+
+    An ``exclude`` rule's removed options were never offered: each is priced in place of
+    its group's choice in the plan (one at a time, the rest of the plan unchanged; the
+    rule's own check is the only one waived, as its times are kept for an unsafe score).
+    An ``inf`` rule's candidates were scored and set aside: the fastest of them."""
+    by_role = {g.role: g.options[o] for g, o in zip(groups, assignment) if g.by != "site"}
+    constraints = constraints_for(groups, assignment)
+    out: dict[str, dict] = {}
+
+    def keep(rule, total, changed):
+        if math.isfinite(total) and total < score.total_us - 1e-6 and (
+                rule not in out or total < out[rule]["preferred_us"]):
+            out[rule] = {"plan_us": round(score.total_us, 3), "preferred_us": round(total, 3),
+                         "arguments": {r: sh.axis_names() for r, sh in changed.items()}}
+
+    for rule, options in removed_options.items():
+        seen = set()
+        for role, option in options:
+            if (role, option) in seen or len(seen) >= RULE_COST_TRIES:
+                continue
+            seen.add((role, option))
+            keep(rule, scorer.score_by_role({**by_role, role: option}, constraints).total_us, {role: option})
+    for a, s in scored.items():
+        for rule in s.unsafe:
+            if len(a) == len(groups):
+                keep(rule, s.total_us, {g.role: g.options[o] for g, o, p in zip(groups, a, assignment)
+                                        if o != p and g.by != "site"})
+    return out
+
+
+def _robustness_pool(scored: dict, assignment, groups, scorer) -> tuple[Score, dict, int]:
+    """(the plan's score, the distinct plans the robustness table re-ranks, how many
+    candidates cost what the plan costs): the evaluated candidates that are priceable and
+    fit (when the plan fits); candidates with the plan's compute and collective times are
+    the same plan to the cost model (a replicated weight sliced locally, a bias that follows
+    its consumer) and left out."""
+    plan = scored.get(assignment) or scorer.score(groups, assignment)
+    pool = {a: s for a, s in scored.items() if math.isfinite(s.score) and (s.fits or not plan.fits)}
+    same = {a for a, s in pool.items() if _cost_pair(s) == _cost_pair(plan)}
+    pool = {a: s for a, s in pool.items() if a not in same}
+    pool[assignment] = plan
+    return plan, pool, len(same - {assignment})
+
+
+def _cost_pair(s) -> tuple[float, float]:
+    return round(s.compute_us, 3), round(s.ccl_us, 3)
+
+
+def _other_profile(cm):
+    """The cost model with the other collective profile (None for models without one)."""
+    import dataclasses
+
+    profile = getattr(cm, "ccl_profile", None)
+    if profile is None:
+        return None
+    return dataclasses.replace(cm, ccl_profile="tuned" if profile == "generic" else "generic")

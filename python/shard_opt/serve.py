@@ -247,7 +247,7 @@ def figures_of_screen(phase: str, mesh: Mesh, system_name: str, scorer, sharding
     fig = PhaseFigures(phase, tuple(mesh.shape), system_name, score.total_us, "screened", weights, cache,
                        max(0.0, score.memory_bytes - weights - cache), bool(score.fits), batch, seq)
     e, f, sh = evs[0], facts[0], plans[0]
-    from shard_opt.plan import strategy_text
+    from shard_opt.build import strategy_text
 
     fig.strategy = strategy_text(model, sh)
     fig.arguments = {a.role: sh[a.index].axis_names() for a in model.arguments
@@ -284,7 +284,7 @@ def figures_of_plan(phase: str, outcome, system_name: str) -> PhaseFigures:
     by_kind: dict[str, float] = {}
     kv_global = 0.0
     for a in plan.arguments:
-        local = math.prod(-(-s // math.prod(sizes.get(x, 1) for x in axes)) for s, axes in zip(a.shape, a.sharding))
+        local = math.prod(-(-s // math.prod(sizes.get(x, 1) for x in axes)) for s, axes in zip(a.shape, a.sharding.axis_names()))
         nbytes = local * dtype_bytes(a.storage or a.dtype)
         by_kind[a.kind] = by_kind.get(a.kind, 0.0) + nbytes
         if a.kind == "cache":
@@ -302,22 +302,22 @@ def figures_of_plan(phase: str, outcome, system_name: str) -> PhaseFigures:
     fig.fallback = plan.memory_fallback_reason
     fig.arguments = {}
     for a in plan.arguments:
-        if a.kind in ("param", "buffer") and any(a.sharding):
+        if a.kind in ("param", "buffer") and not a.sharding.is_replicated:
             role = next((m.role for m in model.arguments if m.name == a.name), a.name)
-            fig.arguments.setdefault(role, a.sharding)
+            fig.arguments.setdefault(role, a.sharding.axis_names())
     if phase == "decode":
         tokens = max(1, batch * seq)
         fig.kv_bytes_per_token = kv_global / tokens
         fig.kv_local_bytes_per_token = cache / tokens
         kv = next((a for a in plan.arguments if a.kind == "cache"), None)
-        fig.kv_sharding = kv.sharding if kv is not None else None
+        fig.kv_sharding = kv.sharding.axis_names() if kv is not None else None
         shape = logits_shape(model.text)
         if shape:
             fig.vocab = shape[-1]
             head = head_argument(model.arguments, fig.vocab)
             rec = next((a for a in plan.arguments if head is not None and a.name == head.name), None)
-            if rec is not None and rec.sharding and rec.sharding[0]:
-                fig.vocab_axes = tuple(rec.sharding[0])
+            if rec is not None and rec.sharding.axis_names() and rec.sharding.axis_names()[0]:
+                fig.vocab_axes = tuple(rec.sharding.axis_names()[0])
                 fig.vocab_split = math.prod(sizes.get(x, 1) for x in fig.vocab_axes)
             fig.logits_gather_us = math.fsum((c.time_us or 0.0) * (c.count or 1) for c in plan.collectives
                                              if c.kind == "all_gather" and tuple(c.shape) == shape)
@@ -897,8 +897,9 @@ def plan_phases(d: Deployer, c: Config):
     others = c.decode.others if follow == "decode" and c.decode is not None else {}
     model.meta["shard_spec"] = shared_weights_spec(first, others)
     second = evaluate_existing(model, opts_of(follow))
-    second.plan.strategy = (f"the {lead} plan's weights (one copy of the model serves both phases): "
-                            f"{first.plan.strategy}")
+    shared = dataclasses.replace(second.parts.explanation, strategy=(
+        f"the {lead} plan's weights (one copy of the model serves both phases): {first.plan.strategy}"))
+    second = dataclasses.replace(second, parts=dataclasses.replace(second.parts, explanation=shared))
     return (first, second) if lead == "prefill" else (second, first)
 
 
@@ -909,7 +910,7 @@ def shared_weights_spec(outcome, others: dict | None = None) -> dict:
     spec = {}
     for a in outcome.plan.arguments:
         if a.kind in ("param", "buffer"):
-            spec[a.name] = [list(d) if d else None for d in a.sharding]
+            spec[a.name] = [list(d) if d else None for d in a.sharding.axis_names()]
     for role, sh in (others or {}).items():
         spec[role] = [list(d) if d else None for d in sh.axis_names()]
     phase = outcome.plan.phase or "model"

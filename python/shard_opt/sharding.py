@@ -191,12 +191,31 @@ class TensorSharding:
             return tuple(shape)  # rank mismatch: treat as replicated
         return tuple(-(-s // self.split_factor(i, mesh)) for i, s in enumerate(shape))
 
-    def used_axes(self) -> set[str]:
-        return {a.name for d in self.dims for a in d}
-
     def body(self) -> str:
         """``<@mesh, [{"model"}, {}]>``: the attribute's body (candidate keys are made of them)."""
         return _body(self)
+
+    def partition_spec(self) -> tuple:
+        """The PyTorch / JAX partition spec: per dim None (whole), an axis name, or a tuple of them.
+
+        >>> TensorSharding.of([["batch", "model"], []]).partition_spec()
+        (('batch', 'model'), None)
+        """
+        return tuple(None if not d else d[0].name if len(d) == 1 else tuple(a.name for a in d) for d in self.dims)
+
+    def spec_text(self) -> str:
+        """The partition spec as Python source: ``("model", None)`` (a 1-tuple keeps its comma).
+
+        >>> TensorSharding.of([["model"]]).spec_text()
+        '("model",)'
+        """
+        parts = ["None" if x is None else "(" + ", ".join(f'"{a}"' for a in x) + ")" if isinstance(x, tuple)
+                 else f'"{x}"' for x in self.partition_spec()]
+        return "(" + parts[0] + ",)" if len(parts) == 1 else "(" + ", ".join(parts) + ")"
+
+    def dims_text(self) -> str:
+        """The dims as Shardy writes them, axis names only: ``[{"model"}, {}]``."""
+        return "[" + ", ".join("{" + ", ".join(f'"{a.name}"' for a in d) + "}" for d in self.dims) + "]"
 
     def to_attr(self) -> str:
         return _to_attr(self)

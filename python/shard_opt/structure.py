@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shard_opt import ir
+from shard_opt import ir, kernels
 from shard_opt.dataflow import LAYOUT_OPS, Graph, conv_layout, dim_sources
 from shard_opt.lowered import indices_by_role
 
@@ -66,7 +66,7 @@ def find_structure(module, arguments) -> Structure:
     from shard_opt.passes.mark_fusions import find_groups
 
     g = Graph.of(module, [a.kind for a in arguments])
-    attention = {n for label, members in find_groups(g) if label.startswith("sdpa") for n in members}
+    attention = {n for label, members in find_groups(g) if kernels.of_label(label) is kernels.SDPA for n in members}
     src = dim_sources(g)
     kinds = [a.kind for a in arguments]
     dots = _weight_products(g, src)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 
-from shard_opt import ir
+from shard_opt import ir, kernels
 from shard_opt.dataflow import Graph
 from shard_opt.errors import UserError
 
@@ -141,7 +141,7 @@ def matmul_weight_roles(module, arguments) -> dict[int, str]:
                 weights[node.index] = args
     attention: set[int] = set()
     for label, members in find_groups(g):
-        if not label.startswith("sdpa"):
+        if kernels.of_label(label) is not kernels.SDPA:
             continue
         for n in members:
             for v in g.nodes[n].operands:

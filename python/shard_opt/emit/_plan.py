@@ -1,7 +1,7 @@
 """Small readers of the plan shared by the emitters.
 
 The plan is a ``shard_opt.plan.Plan``; its mesh, arguments, collectives and cost are
-records read as attributes (``plan.MeshRecord``, ``Argument``, ``Collective``, ``Cost``),
+records read as attributes (``plan.MeshRecord``, ``ArgumentRecord``, ``CollectiveRecord``, ``CostRecord``),
 the rest (baselines, groups, the architecture ...) JSON objects. These helpers read it
 defensively: optional fields may be missing (None).
 """
@@ -9,17 +9,13 @@ defensively: optional fields may be missing (None).
 from __future__ import annotations
 
 import math
-import re
 from collections import OrderedDict
 
-_LAYER_INDEX = re.compile(r"\.(\d+)\.")
-INPUTS_COMPONENT = "(model inputs)"
+from shard_opt.facts import dtype_bytes  # noqa: F401  (one table: bfp8 is 1088/1024 bytes)
+from shard_opt.lowered import layer_of, role_of as role  # noqa: F401  (the emitters' names for them)
+from shard_opt.sharding import TensorSharding
 
-DTYPE_BYTES = {
-    "f64": 8, "f32": 4, "bf16": 2, "f16": 2, "f8E4M3FN": 1, "f8E5M2": 1,
-    "i64": 8, "i32": 4, "i16": 2, "i8": 1, "ui8": 1, "i1": 1, "ui32": 4, "ui64": 8,
-    "si32": 4, "si64": 8, "ui16": 2, "si16": 2, "si8": 1,
-}
+INPUTS_COMPONENT = "(model inputs)"
 
 
 def as_plan(plan):
@@ -29,20 +25,6 @@ def as_plan(plan):
     from shard_opt.plan import PipelinePlan, Plan, plan_from_json
 
     return plan if isinstance(plan, (Plan, PipelinePlan)) else plan_from_json(plan)
-
-
-def dtype_bytes(dtype: str | None) -> int:
-    return DTYPE_BYTES.get(dtype or "", 4)
-
-
-def role(name: str) -> str:
-    """Layer indices replaced by ``*`` (the same rule as ``lowered.Argument.role``)."""
-    return _LAYER_INDEX.sub(".*.", "." + name + ".").strip(".")
-
-
-def layer_of(name: str) -> int | None:
-    m = _LAYER_INDEX.search("." + name + ".")
-    return int(m.group(1)) if m else None
 
 
 def mesh_of(plan) -> tuple[list[int], list[str]]:
@@ -57,53 +39,45 @@ def axis_sizes(plan) -> dict[str, int]:
     return dict(zip(axes, shape))
 
 
+def as_sharding(sharding) -> TensorSharding | None:
+    """A sharding as the emitters read it: a ``TensorSharding`` (an argument's), or per-dim
+    axis names as a plan JSON object holds them (a baseline's, a group's) read as one."""
+    if sharding is None or isinstance(sharding, TensorSharding):
+        return sharding
+    return TensorSharding.of(sharding)
+
+
 def is_sharded(sharding) -> bool:
-    return any(d for d in (sharding or []))
+    s = as_sharding(sharding)
+    return s is not None and not s.is_replicated
 
 
 def partition_spec(sharding) -> tuple:
-    """Plan sharding -> PyTorch/JAX partition spec values.
-
-    >>> partition_spec([["model"], []])
-    ('model', None)
-    >>> partition_spec([["batch", "model"], []])
-    (('batch', 'model'), None)
-    """
-    out = []
-    for dim in sharding or []:
-        if not dim:
-            out.append(None)
-        elif len(dim) == 1:
-            out.append(dim[0])
-        else:
-            out.append(tuple(dim))
-    return tuple(out)
+    """A plan sharding -> PyTorch/JAX partition spec values (``TensorSharding.partition_spec``)."""
+    s = as_sharding(sharding)
+    return s.partition_spec() if s is not None else ()
 
 
 def spec_text(sharding) -> str:
-    """The partition spec as Python source: ``("model", None)``."""
-    spec = partition_spec(sharding)
-    parts = [_spec_item(x) for x in spec]
-    if len(parts) == 1:
-        return "(" + parts[0] + ",)"
-    return "(" + ", ".join(parts) + ")"
-
-
-def _spec_item(x) -> str:
-    if x is None:
-        return "None"
-    if isinstance(x, tuple):
-        return "(" + ", ".join(f'"{a}"' for a in x) + ")"
-    return f'"{x}"'
+    """The partition spec as Python source: ``("model", None)`` (``TensorSharding.spec_text``)."""
+    s = as_sharding(sharding)
+    return s.spec_text() if s is not None and s.rank else "()"
 
 
 def sdy_text(sharding) -> str:
     """``[{"model"}, {}]`` (the Shardy dims list)."""
-    return "[" + ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in (sharding or [])) + "]"
+    s = as_sharding(sharding)
+    return s.dims_text() if s is not None else "[]"
+
+
+def axis_names(sharding) -> list[list[str]]:
+    """Per dim, the axes a sharding splits it on (``[]`` whole)."""
+    s = as_sharding(sharding)
+    return s.axis_names() if s is not None else []
 
 
 def collectives(plan) -> list:
-    """The plan's collectives (``plan.Collective``) in program order."""
+    """The plan's collectives (``plan.CollectiveRecord``) in program order."""
     cs = list(plan.collectives or [])
     if all(c.op_index is not None for c in cs):
         cs.sort(key=lambda c: c.op_index)
@@ -125,7 +99,7 @@ def ccl_totals(plan) -> tuple[int, int]:
 def local_elements(c) -> int:
     """Per-device operand elements of a collective."""
     if c.bytes_per_device:
-        return int(c.bytes_per_device) // dtype_bytes(c.dtype)
+        return int(int(c.bytes_per_device) // dtype_bytes(c.dtype))
     return math.prod(c.shape or [1])
 
 
@@ -275,11 +249,11 @@ def flatten_architecture(arch) -> dict[str, dict]:
         for child in node.get("children") or []:
             visit(child, path)
 
-    if isinstance(arch, list):
+    if isinstance(arch, (list, tuple)):
         for node in arch:
             visit(node, "")
     elif isinstance(arch, dict):
-        if isinstance(arch.get("modules"), list):
+        if isinstance(arch.get("modules"), (list, tuple)):
             for node in arch["modules"]:
                 visit(node, "")
         else:
@@ -295,10 +269,6 @@ def module_classes(plan) -> dict[str, tuple[str | None, int | None]]:
     return out
 
 
-def component_arch(plan, key: str) -> tuple[str | None, int | None]:
-    return module_classes(plan).get(key, (None, None))
-
-
 def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
     """(output dim, input dim) of a matmul or conv weight; None for anything else.
 
@@ -312,11 +282,11 @@ def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
     if len(shape) > 2:
         return 0, 1  # conv [C_out, C_in, ...], stacked experts [E, ...]
     base = (((plan.baselines or {}).get("megatron") or {}).get("arguments") or {}).get(a.name)
-    mega_pairs = ((plan.baselines or {}).get("megatron") or {}).get("pairs") or []
+    mega_pairs = plan.pairs or []
     if base and sum(1 for d in base if d) == 1:
         split = 0 if base[0] else 1
         this = role(a.name)
-        if any(this in p.get("row") or [] for p in mega_pairs):
+        if any(this in p.row for p in mega_pairs):
             return 1 - split, split
         return split, 1 - split
     cls = (classes if classes is not None else module_classes(plan)).get(module_of(a.name), (None, None))[0]
@@ -326,7 +296,7 @@ def io_dims(plan, a, classes: dict | None = None) -> tuple[int, int] | None:
 
 
 def first_arg(plan, name: str):
-    """The first argument (``plan.Argument``) with this role (or name); None when there is none."""
+    """The first argument (``plan.ArgumentRecord``) with this role (or name); None when there is none."""
     for a in plan.arguments or []:
         if role(a.name) == name or a.name == name:
             return a
@@ -343,40 +313,52 @@ def _common_prefix(paths: list[str]) -> str:
     return ".".join(out)
 
 
-def structural_pairs(plan) -> list[dict] | None:
-    """The column -> row pairs the Megatron baseline found in the dataflow
-    (``baselines.megatron.pairs``), each with the mesh axis this plan splits it on (None:
-    the plan does not use it). None for plans written before pairs were recorded."""
-    raw = ((plan.baselines or {}).get("megatron") or {}).get("pairs")
-    if raw is None:
-        return None
+def structural_pairs(plan) -> list[dict]:
+    """The column -> row pairs found in the model's dataflow (the plan's ``pairs``,
+    ``shard_opt.structure``), each with the mesh axis this plan splits it on (None: the
+    plan does not use it)."""
+    raw = plan.pairs or []
     classes = module_classes(plan)
     _shape, axes = mesh_of(plan)
     out = []
     for p in raw:
-        cols, rows = list(p.get("column") or []), list(p.get("row") or [])
+        cols, rows = list(p.column), list(p.row)
         if not cols or not rows:
             continue  # an output head (lm_head): column-parallel on its own, no pair
         mods = [_strip_index(module_of(r)) for r in cols + rows]
-        block = _common_prefix(mods) or mods[0]
+        # the block holding both sides; weights of one module (a conv's weight feeding the
+        # next conv) or of modules with nothing in common keep their module's name
+        block = _common_prefix(mods)
+        if block in mods and len(set(mods)) > 1:
+            block = block.rpartition(".")[0]
 
         def leaf(r):
             m = _strip_index(module_of(r))
-            return m[len(block) + 1:] if m.startswith(block + ".") else r.rsplit(".", 1)[-1]
+            return (m[len(block) + 1:] if block and m.startswith(block + ".") else m) or r.rsplit(".", 1)[-1]
 
-        entry = {"block": block, "kind": p.get("kind") or "", "axis": None,
+        entry = {"block": block, "kind": p.kind or "", "axis": None,
                  "column": list(dict.fromkeys(leaf(r) for r in cols)), "row": list(dict.fromkeys(leaf(r) for r in rows)),
-                 "column_used": [], "roles": cols + rows}
+                 "column_used": [], "roles": cols + rows, "column_roles": cols}
+
+        dims = {}  # role -> the dim the dataflow pairs (its output features, or its input features)
+        for roles, ds in ((cols, p.column_dims), (rows, p.row_dims)):
+            dims.update(zip(roles, ds or ()))
 
         def split_on(r, axis, side):
-            """Whether role ``r`` is split on ``axis`` on its outputs (side 0) or inputs
-            (side 1; experts: their stacking dim); None when its dims are unknown."""
+            """Whether role ``r`` is split on ``axis`` on the dim the pair pairs (its outputs,
+            side 0, or inputs, side 1); None when its dims are unknown. A plan JSON written
+            before the pairs carried their dims: the dim from the weight's orientation."""
             a = first_arg(plan, r)
-            io = a and io_dims(plan, a, classes)
-            if not io:
+            if a is None:
                 return None
-            s = a.sharding or []
-            dim = 0 if entry["kind"] == "experts" else io[side]
+            if r in dims:
+                dim = dims[r]
+            else:
+                io = io_dims(plan, a, classes)
+                if not io:
+                    return None
+                dim = 0 if entry["kind"] == "experts" else io[side]
+            s = axis_names(a.sharding)
             return axis in (s[dim] if dim < len(s) else [])
 
         for axis in axes:
@@ -393,60 +375,19 @@ def structural_pairs(plan) -> list[dict] | None:
 def megatron_pairs(plan) -> list[dict]:
     """The Megatron column->row pairs this plan uses: ``[{"block", "axis", "column", "row"}]``.
 
-    From the pairs the Megatron baseline found structurally (``baselines.megatron.pairs``)
-    when the plan has them: a pair is used when its row-parallel weights are split along
-    their input dim on an axis and its column-parallel weights (those the plan splits)
-    along their output dim on the same axis. Older plans: derived from the shardings, in
-    one block, 2-D weights split along their output dim (column) and weights split on the
-    same axis along their input dim (row), the column layers first in definition order.
+    From the pairs found in the dataflow (the plan's ``pairs``, the one finder:
+    ``baselines.megatron_pairs``): a pair is used when its row-parallel weights are split
+    along their input dim on an axis and its column-parallel weights (those the plan
+    splits) along their output dim on the same axis.
     """
-    structural = structural_pairs(plan)
-    if structural is not None:
-        return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"]}
-                for p in structural if p["axis"]]
-    return _derived_pairs(plan)
-
-
-def _derived_pairs(plan) -> list[dict]:
-    raw = _param_modules(plan)
-    modules = set(raw.values())
-    classes = module_classes(plan)
-    blocks: OrderedDict[str, dict] = OrderedDict()
-    seen = set()
-    for a in plan.arguments or []:
-        if not is_weight(a) or len(a.shape or []) != 2:
-            continue
-        r = role(a.name)
-        if r in seen:
-            continue
-        seen.add(r)
-        module = raw.get(module_of(a.name), module_of(a.name))
-        block = module.rsplit(".", 1)[0] if "." in module else _block(module, modules)
-        out_dim, in_dim = io_dims(plan, a, classes) or (0, 1)
-        s = a.sharding or [[], []]
-        out_axes, in_axes = s[out_dim], s[in_dim]
-        leaf = module[len(block) + 1:] if module.startswith(block + ".") else module
-        b = blocks.setdefault(block, {})
-        order = a.index if a.index is not None else len(seen)
-        if len(out_axes) == 1 and not in_axes:
-            b.setdefault(out_axes[0], {"column": [], "row": []})["column"].append((order, leaf))
-        elif len(in_axes) == 1 and not out_axes:
-            b.setdefault(in_axes[0], {"column": [], "row": []})["row"].append((order, leaf))
-    pairs = []
-    for block, by_axis in blocks.items():
-        for axis, cr in by_axis.items():
-            cols, rows = cr["column"], cr["row"]
-            if cols and rows and max(o for o, _ in cols) < min(o for o, _ in rows):
-                pairs.append({"block": block, "axis": axis, "column": [n for _, n in cols],
-                              "row": [n for _, n in rows]})
-    return pairs
+    return [{"block": p["block"], "axis": p["axis"], "column": p["column_used"], "row": p["row"], "kind": p["kind"],
+             "row_roles": [r for r in p["roles"] if r not in p["column_roles"]]}
+            for p in structural_pairs(plan) if p["axis"]]
 
 
 def pair_kind_of(plan, pair: dict) -> str:
-    for p in structural_pairs(plan) or []:
-        if p["block"] == pair["block"]:
-            return p["kind"]
-    return ""
+    """What a pair is (``attention``, ``mlp``, ``conv``, ``experts``), as the dataflow found it."""
+    return pair.get("kind") or ""
 
 
 def pairs_under(pairs: list[dict], key: str) -> list[dict]:

@@ -94,7 +94,6 @@ CLAIMS: dict[str, Claim] = {
     "line-allreduce-pcc": Claim("all_reduce on a 1-D line fabric has given low PCC", r"PCC"),
     "galaxy-1x32-hang": Claim("all_reduce on a Galaxy 1x32 mesh hangs", r"1x32"),
     "bf16-reduce-scatter-precision": Claim("bf16 reduce_scatter loses precision", r"reduce_scatter"),
-    "output-constraint-n1": Claim("an output constraint on an (N,1) mesh is broken", r"\(N,1\)"),
     "spatial-conv-halo": Claim("spatial conv sharding needs a halo exchange tt-mlir does not expose",
                                r"halo|spatial"),
     "reshape-constraint-pair": Claim("a sharded reshape fails; a replicated-then-sharded constraint pair avoids it",
@@ -219,10 +218,6 @@ CITATIONS: dict[str, Source] = {
         "sharded reshape split/merge fails (\"number of output elements doesn't match\"); "
         "workaround: a replicated-then-sharded constraint pair",
         "reshape-constraint-pair", _LIMITS),
-    "tt_xla_2975": _src(
-        "tt-xla issue 2975",
-        "an output sharding constraint on an (N,1) mesh is broken",
-        "output-constraint-n1", _LIMITS),
     "tt_metal_36749_37884": _src(
         "tt-metal issues 36749, 37884",
         "bf16 reduce_scatter loses precision",
@@ -415,7 +410,6 @@ EVIDENCE: dict[str, str] = {
     "tt_mlir_8961": "PR 8961",
     "tt_mlir_8216": "issue 8216",
     "tt_xla_3643": "tt-xla issue 3643",
-    "tt_xla_2975": "tt-xla issue 2975",
     "tt_metal_36749_37884": "36749, 37884",
     "tt_metal_33540": "33540",
     "tt_metal_43749": "43749",

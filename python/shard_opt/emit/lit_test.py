@@ -48,7 +48,7 @@ def _directive(kind: str, text: str) -> str:
 
 
 def collective_checks(c, *, pin_annotations: bool = True) -> list[str]:
-    """CHECK / CHECK-SAME lines matching one collective's (``plan.Collective``) line in
+    """CHECK / CHECK-SAME lines matching one collective's (``plan.CollectiveRecord``) line in
     ``--evaluate`` output."""
     kind = c.kind
     lines = []

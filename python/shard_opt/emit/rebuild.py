@@ -4,7 +4,7 @@
 ``SHARD_OPT_INPUT_SPECS``, ``SHARD_OPT_GUARDS``, ``SHARD_OPT_OUTPUT_CONSTRAINTS``) and
 helpers that apply them with ``xs.mark_sharding`` and forward hooks. What tt-mlir then
 compiles is the user's program with those annotations and nothing else: none of
-shard-opt's own guards (``shardy-propagate``'s ``insert_guards``). This harness builds that
+shard-opt's own guards (``insert-guards``). This harness builds that
 module and propagates it the way the plan was priced, so the two can be compared:
 
 1. the script's tables are read with ``ast.literal_eval`` (and the mesh from its
@@ -136,11 +136,9 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     """The module tt-xla builds from the emitted ``script_text`` for ``model`` (the
     ``LoweredModel`` of the script it was emitted from), propagated without shard-opt's
     guards (module docstring). ``guards=False`` leaves ``SHARD_OPT_GUARDS`` out."""
+    from shard_opt import pipelines
     from shard_opt.evaluate import prepare
     from shard_opt.pass_manager import PassContext, PassManager
-    from shard_opt.passes.collect_collectives import CollectCollectives
-    from shard_opt.passes.shardy_propagate import ShardyPropagate
-    from shard_opt.passes.unfold_batch_matmul import unfold_batch_matmul
 
     t = read_tables(script_text)
     mesh = t.mesh
@@ -180,13 +178,12 @@ def rebuild(script_text: str, model, *, pipeline: str = "tt-mlir", guards: bool 
     script_module = None
     if keep_script_module:  # the module as tt-xla hands it to tt-mlir: the user's program, annotated
         script_module = ir.parse(model.text, filename=model.name)
-        unfold_batch_matmul(script_module)  # torch_xla's batched matmuls (annotate.annotate_many does the same)
+        # torch_xla's batched matmuls (the export pipeline's first step, as annotate.annotate_many does)
+        PassManager(pipelines.EXPORT_PREPARE, PassContext(arguments=model.arguments)).run(script_module)
         _annotate(script_module, model, t, shardings, constraints, guards, decouple=False)
         script_module = ir.print_module(script_module)
     ctx2 = PassContext(mesh=mesh, arguments=model.arguments)
-    PassManager([ShardyPropagate(pipeline=pipeline, guard_opaque_ops=False, guard_moved_dims=False,
-                                 decouple_const_fanout=False),
-                 CollectCollectives()], ctx2).run(module)
+    PassManager(pipelines.rebuilt(pipeline), ctx2).run(module)
     collectives = [(c.kind, tuple(c.axes), tuple(c.global_shape)) for c in ctx2.facts.collectives]
     return Rebuilt(collectives, applied, not_applied, ir.print_module(module) if keep_text else None, script_module)
 
@@ -196,20 +193,14 @@ def _annotate(module, model, t: Tables, shardings: dict, constraints: dict, guar
     the argument ``shardings``, the by-hand ``constraints``, then every output constraint and
     (``guards``) guard hook on the output of each module it names. What was applied, and the
     entries no module output stood for."""
+    from shard_opt import pipelines
     from shard_opt.module_outputs import READER_OPS, Graph
     from shard_opt.pass_manager import PassContext, PassManager
-    from shard_opt.passes.add_mesh import set_mesh
-    from shard_opt.passes.apply_constraints import ApplyConstraints
-    from shard_opt.passes.apply_shardings import ApplyShardings
-    from shard_opt.passes.decouple_const_fanout import decouple_const_fanout
-    from shard_opt.passes.shardy_propagate import constraint_op
+    from shard_opt.sdy import constraint_op
 
     mesh = t.mesh
-    set_mesh(module, mesh)
-    if decouple:
-        decouple_const_fanout(module, only_sharded=False)  # as the evaluator prepares every candidate
     ctx = PassContext(mesh=mesh, shardings=shardings, arguments=model.arguments, constraints=constraints)
-    PassManager([ApplyShardings(), ApplyConstraints()], ctx).run(module)
+    PassManager(pipelines.script(decouple=decouple), ctx).run(module)  # as the evaluator prepares every candidate
     applied = {"guards": [], "output_constraints": []}
     not_applied = []
     tables = [(t.outputs, True, "output_constraints")]
@@ -265,7 +256,7 @@ def check(script_text: str, model, plan, **kwargs) -> dict:
     """``rebuild`` and ``compare`` with the plan's collectives, as one dict (``plan``: the
     ``Plan``, or its plan JSON dict: ``_plan.as_plan``)."""
     plan = _plan.as_plan(plan)
-    r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", **kwargs)
+    r = rebuild(script_text, model, pipeline=plan.propagation or "tt-mlir", **kwargs)
     out = compare(priced_collectives(plan), r.collectives)
     out.update({"applied": r.applied, "not_applied": r.not_applied, "rebuilt": len(r.collectives),
                 "priced": len(priced_collectives(plan)), "script_module": r.script_module})
@@ -285,7 +276,7 @@ def compile_with_tt_mlir(script_text: str, model, plan, **kwargs) -> dict:
     ok, why = ttc.status()
     if not ok:
         return {"skipped": why}
-    r = rebuild(script_text, model, pipeline=plan.get("propagation") or "tt-mlir", keep_script_module=True, **kwargs)
+    r = rebuild(script_text, model, pipeline=plan.propagation or "tt-mlir", keep_script_module=True, **kwargs)
     return compile_script_module(r.script_module, plan)
 
 
@@ -299,10 +290,10 @@ def compile_script_module(script_module: str, plan) -> dict:
     if not ok:
         return {"skipped": why}
     shape = tuple(plan.mesh.shape)
-    system = costmodel.get_system(plan["system"])
+    system = costmodel.get_system(plan.system)
     (compiled,) = ttc.compile_all([ttc.Job("script", script_module, math.prod(shape))], system, shape)
     out = ttc.summarize(plan, compiled, system)
-    priced = ((plan.get("checks") or {}).get("tt_mlir") or {}).get("stages")
+    priced = ((plan.checks or {}).get("tt_mlir") or {}).get("stages")
     if priced and compiled.compiled:
         out["same_as_priced_module"] = all(out["stages"].get(k) == v for k, v in priced.items())
     return out
@@ -329,10 +320,10 @@ def main(argv=None) -> int:
             p.error(str(e))
     with open(ns.script) as f:
         script = f.read()
-    resized = plan.get("inputs_resized") is not None  # --batch / --seq-len changed the script's inputs
-    model = frontends.load(ns.model, layers=ns.layers, dtype=plan.get("dtype") or "bf16",
-                           batch=plan.get("batch") if resized else None, seq_len=plan.get("seq_len") if resized else None,
-                           phase=plan.get("phase") or "prefill")
+    resized = plan.inputs_resized is not None  # --batch / --seq-len changed the script's inputs
+    model = frontends.load(ns.model, layers=ns.layers, dtype=plan.dtype or "bf16",
+                           batch=plan.batch if resized else None, seq_len=plan.seq_len if resized else None,
+                           phase=plan.phase or "prefill")
     result = check(script, model, plan, guards=not ns.no_guards, keep_script_module=ns.tt_mlir)
     applied = result["applied"]
     print(f"applied: {len(applied['params'])} parameter specs, {len(applied['inputs'])} input specs, "

@@ -39,6 +39,7 @@ from collections import OrderedDict
 from shard_opt.emit import _plan
 from shard_opt.emit.citations import CITATIONS, Citer
 from shard_opt.plan import PipelinePlan, Plan
+from shard_opt.rules import RULES
 from shard_opt.verdict import of as verdict_of
 from shard_opt.emit._plan import component_key, megatron_pairs, structural_pairs  # noqa: F401 (re-exported)
 
@@ -58,7 +59,7 @@ def _spec_cell(sharding) -> str:
 
 
 def _spec_or_text(x) -> str:
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return _spec_cell(x)
     return _md(x) if x is not None else "left to propagation"
 
@@ -125,7 +126,7 @@ def _pair_kind(plan: Plan, a, classes: dict) -> str:
     """How a weight's split reads: column- / row-parallel for a matmul weight; a lookup
     table split on its rows (the vocabulary) or its embedding dim; a convolution split on
     its output or input channels."""
-    s = a.sharding or []
+    s = _plan.axis_names(a.sharding)
     shape = a.shape or []
     if len(s) == 2 and _is_table(a, classes):
         if s[0] and not s[1]:
@@ -183,6 +184,11 @@ def _signed_us(x) -> str:
     if x is None:
         return "n/a"
     return ("+" if x >= 0 else "-") + _plan.fmt_us(abs(x))
+
+
+def _term_us(x, zero: str = "none") -> str:
+    """A term of a sum of times: ``zero`` for one below the printed precision (never "+0.0 us")."""
+    return zero if x is not None and abs(x) < SAME_US else _signed_us(x)
 
 
 def _is_blackhole(plan: Plan) -> bool:
@@ -364,30 +370,34 @@ def section_architecture(plan: Plan, cite: Citer) -> list[str]:
         out.append(row)
     out.append("")
     pairs = megatron_pairs(plan)
+    prefix, n_layers = _plan.layer_scope(plan)
     if pairs:
-        out += [cite.sentence("megatron-pair", "Megatron column→row pairs (the intermediate between them is never "
-                              "gathered; one all_reduce closes each pair)", end=":"), ""]
+        out += [cite.sentence("megatron-pair", "Megatron column→row pairs this plan uses (the activations between "
+                              "the column and the row side stay split)", end=":"), ""]
         for pr in pairs:
             kind = _plan.pair_kind_of(plan, pr)
-            out.append(f"- `{pr['block']}` on `{pr['axis']}`: column-parallel "
+            out.append(f"- `{pr['block'] or '(top level)'}` on `{pr['axis']}`: column-parallel "
                        + ", ".join(f"`{c}`" for c in pr["column"]) + " → row-parallel "
-                       + ", ".join(f"`{r}`" for r in pr["row"]) + (f" ({kind})" if kind else ""))
+                       + ", ".join(f"`{r}`" for r in pr["row"]) + (f" ({kind})" if kind else "")
+                       + "; " + _closing_text(plan, pr, prefix, n_layers) + ".")
     else:
         out.append("No Megatron column→row pair in this plan.")
-    unused = [p for p in structural_pairs(plan) or [] if not p["axis"]]
+    unused = [p for p in structural_pairs(plan) if not p["axis"]]
     if unused:
         mega = ((plan.baselines or {}).get("megatron") or {}).get("arguments")
         split_roles = {_plan.role(n) for n, s in (mega or {}).items() if _plan.is_sharded(s)}
-        out += ["", "Column→row structure found in the dataflow that this plan leaves unsplit:", ""]
+        out += ["", "Column→row pairs found in the dataflow that this plan does not split as a pair (each weight "
+                "with the split the plan gives it):", ""]
         for p in unused:
             note = ""
             if mega is not None:
                 note = ("; the Megatron baseline splits it" if set(p["roles"]) & split_roles else
                         "; the Megatron baseline leaves it unsplit too")
-            out.append(f"- `{p['block']}`" + (f" ({p['kind']})" if p["kind"] else "") + ": "
-                       + ", ".join(f"`{c}`" for c in p["column"]) + " → " + ", ".join(f"`{r}`" for r in p["row"])
-                       + note)
-    prefix, n_layers = _plan.layer_scope(plan)
+            cols = [r for r in p["roles"] if r in p["column_roles"]]
+            rows = [r for r in p["roles"] if r not in p["column_roles"]]
+            out.append(f"- `{p['block'] or '(top level)'}`" + (f" ({p['kind']})" if p["kind"] else "") + ": "
+                       + ", ".join(_role_split(plan, r, p["block"]) for r in dict.fromkeys(cols)) + " → "
+                       + ", ".join(_role_split(plan, r, p["block"]) for r in dict.fromkeys(rows)) + note)
     in_layer = [p for p in pairs if _plan.in_scope(p["block"], prefix)]
     closing = [c for c in _plan.collectives(plan)
                if _plan.pairs_under(in_layer, _plan.coll_component(c, plan)) and _plan.in_scope(_plan.coll_module(c), prefix)]
@@ -398,6 +408,39 @@ def section_architecture(plan: Plan, cite: Citer) -> list[str]:
                                   "two all-reduces per transformer layer in the forward pass")]
     out.append("")
     return out
+
+
+def _role_split(plan: Plan, role: str, block: str) -> str:
+    """A weight of a pair, named under its block, with the split the plan gives it."""
+    a = _plan.first_arg(plan, role)
+    name = _leaf(_plan.module_of(role) if role.endswith(".weight") else role, block) or role
+    return f"`{name}` " + (_spec_cell(a.sharding) if a is not None else "(not an argument)")
+
+
+def _closing_text(plan: Plan, pair: dict, prefix: str, n_layers: int) -> str:
+    """What closes a used pair's partial sums in this plan, from its collectives: the
+    all_reduce(s) or reduce_scatter(s) on the pair's axis filed under the pair's block,
+    per layer when the block repeats."""
+    layers = n_layers if prefix and _plan.in_scope(pair["block"], prefix) else 1
+    rows = {_plan.module_of(r) for r in pair.get("row_roles") or ()}  # the row weights' modules
+    closing = [c for c in _plan.collectives(plan)
+               if c.kind in ("all_reduce", "reduce_scatter") and pair["axis"] in (c.axes or [])
+               and c.component and _plan.role(c.component) in rows]
+    by_kind: dict[str, float] = {}
+    for c in closing:
+        by_kind[c.kind] = by_kind.get(c.kind, 0) + _plan.multiplicity(c) / layers
+    if not by_kind:
+        return "no collective closes it here (its partial sums are reduced where their consumer needs them)"
+    where = " per layer" if layers > 1 else ""
+    parts = [f"{_count_text(n)} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(by_kind.items())]
+    text = f"closed by {' and '.join(parts)}{where} on `{pair['axis']}`"
+    if "reduce_scatter" in by_kind:
+        text += " (the reduce_scatter leaves the sums split; an all_gather later makes them whole)"
+    return text
+
+
+def _count_text(n: float) -> str:
+    return {1: "one", 2: "two", 3: "three"}.get(n, f"{n:g}") if n == int(n) else f"{n:g}"
 
 
 def _layer_all_reduces(plan: Plan, prefix: str, n_layers: int) -> float:
@@ -427,7 +470,7 @@ def _llama_layout(plan: Plan) -> bool:
             r = _plan.role(a.name)
             leaf = r[len(pr["block"]) + 1:] if r.startswith(pr["block"] + ".") else ""
             for side, (spec, names) in want.items():
-                if leaf.endswith(".weight") and leaf[:-7] in names and a.sharding != spec:
+                if leaf.endswith(".weight") and leaf[:-7] in names and _plan.axis_names(a.sharding) != spec:
                     return False
     return True
 
@@ -452,8 +495,9 @@ def section_strategy(plan: Plan, cite: Citer) -> list[str]:
     rs_axes = {tuple(x.axes or []) for x in cs if x.kind == "reduce_scatter"}
     ag_axes = {tuple(x.axes or []) for x in cs if x.kind == "all_gather"}
     if rs_axes & ag_axes:
+        form = " (the sequence-parallel form)" if _takes_tokens(p) else ""  # a model of tokens only
         text += " " + cite.sentence("allreduce-decomposition", "A reduce_scatter and a later all_gather on the same "
-                                    "axes move what one all_reduce would (the sequence-parallel form)")
+                                    f"axes move what one all_reduce would{form}")
     out += [text, ""]
     return out
 
@@ -474,7 +518,7 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
                          f"not the pass's own choice")
                 label = f"{about} {cite.for_claim('autoshard-pass', about)})"
             elif name == "megatron":
-                about = "megatron (column→row on every matmul pair)"
+                about = f"megatron (column→row on every {_pair_nouns(p)} pair)"
                 label = f"{about} {cite.for_claim('megatron-pair', about)}"
             elif name == "loader-spec":
                 about = "loader-spec (the loader's own load_shard_spec"
@@ -506,7 +550,8 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
         for run in _same_cost_runs(sorted(rejected, key=lambda r: r.get("total_us") or 0), _whole_model_figures):
             r = run[0]
             total = r.get("total_us")
-            delta = _signed_us(total - c.total_us) if total is not None and c.total_us is not None else "n/a"
+            delta = ("n/a" if total is None or c.total_us is None else
+                     "the same" if abs(total - c.total_us) < SAME_US else _signed_us(total - c.total_us))
             if len(run) == 1:
                 label = _md(r.get("label", "?"))
                 changed = "; ".join(_change_text(k, v) for k, v in (r.get("arguments_changed") or {}).items())
@@ -517,6 +562,14 @@ def section_baselines(plan: Plan, cite: Citer) -> list[str]:
             out.append(f"| {label} | {_plan.fmt_us(total)} | {delta} | {counts} | {nbytes} | {changed} |")
         out.append("")
     return out
+
+
+def _pair_nouns(plan: Plan) -> str:
+    """What the model's column -> row pairs are made of: ``matmul``, ``convolution`` or
+    both (from the pairs the dataflow holds)."""
+    kinds = {p.kind for p in plan.pairs or () if p.row}
+    convs, mats = "conv" in kinds, bool(kinds - {"conv"})
+    return "matmul and convolution" if convs and mats else "convolution" if convs else "matmul"
 
 
 def _held_baseline(plan: Plan, name: str, b: dict, cite: Citer) -> str | None:
@@ -660,7 +713,7 @@ def section_loader_comparison(plan: Plan, cite: Citer) -> list[str]:
         for row in comparison:
             d, dn = row.get("delta_us"), row.get("delta_ccls")
             out.append(f"| `{_md(row.get('component', '?'))}` | {_spec_or_text(row.get('expert'))} | "
-                       f"{_spec_or_text(row.get('plan'))} | {_signed_us(d)} | "
+                       f"{_spec_or_text(row.get('plan'))} | {_term_us(d, 'the same')} | "
                        f"{'n/a' if dn is None else f'{dn:+d}'} | {_md(row.get('reason') or '')} |")
         out.append("")
     return out
@@ -691,15 +744,23 @@ def section_robustness(plan: Plan, cite: Citer) -> list[str]:
         out += ["", f"Re-ranked: the {n} distinct plans the search priced"
                 + (f" ({same} more cost the same as the recommendation under every perturbation, and are left out)"
                    if same else "") + ". Lead: the winner's margin over the next plan, as a share of that plan's step."]
-    out += ["", "| Perturbation | Winner | Lead | Recommendation behind by | Next plan |", "|---|---|---|---|---|"]
+    def runner_of(c):
+        r = c.get("runner_up")
+        return "the recommended plan" if r == "plan" else (_md(_differs(r)) if r else "")
+
+    # one next plan under every perturbation is said once, not in every row
+    runners = {runner_of(c) for c in checks}
+    one = len(runners) == 1 and len(checks) > 1 and next(iter(runners))
+    if one:
+        out += ["", f"The next plan is the same under every perturbation: {one}."]
+    out += ["", "| Perturbation | Winner | Lead | Recommendation behind by |" + ("" if one else " Next plan |"),
+            "|---|---|---|---|" + ("" if one else "---|")]
     for c in checks:
         what = PERTURBATIONS.get(c.get("perturbation"), "")
         winner = "recommended plan" if c.get("winner") == "plan" else f"**{_md(_differs(c.get('winner')))}**"
-        runner = c.get("runner_up")
-        runner = "recommended plan" if runner == "plan" else (_md(_differs(runner)) if runner else "")
         behind = _margin(c.get("plan_behind")) if c.get("winner") != "plan" else "—"
         out.append(f"| `{_md(c.get('perturbation'))}`{' (' + what + ')' if what else ''} | {winner} | "
-                   f"{_margin(c.get('margin'))} | {behind} | {runner} |")
+                   f"{_margin(c.get('margin'))} | {behind} |" + ("" if one else f" {runner_of(c)} |"))
     out.append("")
     return out
 
@@ -732,7 +793,7 @@ def section_components(plan: Plan, cite: Citer) -> list[str]:
         out += [title, ""]
         out += _chosen(plan, comp, classes)
         out += _why(plan, key, comp, mine, layers_here, cite)
-        out += _rejected(plan, key, comp, rejected)
+        out += _rejected(plan, key, comp, rejected, cite)
         out += _ccls(plan, comp, mine, layers_here, cite)
         out.append("")
     out += _sites(plan, rejected, cite)
@@ -770,7 +831,8 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
     if whys and all(w == "replicated" for _, w in whys) and len(whys) > 1:
         facts = ["every tensor replicated"]
     else:
-        facts = [f"`{_leaf(g.get('role', '?'), key)}`: {_md(w)}" for g, w in whys]
+        # the choice as the search describes it; its alternatives, priced, are listed below
+        facts = [f"`{_leaf(g.get('role', '?'), key)}`: {_md(w.split('; best alternative')[0])}" for g, w in whys]
     if facts:
         sentences.append("Search: " + "; ".join(facts) + ".")
     grouped = {g.get("role") for g in comp["groups"]}
@@ -782,8 +844,9 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
               if a.get("delta_us") is not None]
     if priced:
         d, g, a = min(priced, key=lambda x: x[0])
+        cost = "costs what the plan costs" if abs(d) < SAME_US else f"is {_signed_us(d)} per step"
         sentences.append(f"The cheapest alternative priced, `{_leaf(g.get('role', '?'), key)}` → "
-                         f"{_md(a.get('option', '?'))}, is {_signed_us(d)} per step.")
+                         f"{_md(a.get('option', '?'))}, {cost}.")
     if not pairs:
         weights = [a for a in comp["args"] if _plan.is_weight(a)]
         if not comp["args"]:
@@ -801,31 +864,39 @@ def _why(plan: Plan, key: str, comp: dict, pairs: list[dict], n_layers: int, cit
     return ["- **Why:** " + " ".join(sentences)]
 
 
-def _alternative_line(plan: Plan, key: str, g: dict, alt: dict) -> str:
+def _alternative_line(plan: Plan, key: str, g: dict, alt: dict, cite: Citer | None = None) -> str:
     cost = plan.cost
     leaf = _leaf(g.get("role", "?"), key)
     option = _md(alt.get("option", "?"))
     spec = _spec_cell(alt["sharding"]) if alt.get("sharding") is not None else ""
     spec = f" {spec}" if spec and spec != option else ""
-    reason = _md(alt.get("reason") or "")
-    dn = alt.get("delta_ccls")
+    reason = _md(_local_slices(_NO_COMPUTE.sub("", alt.get("reason") or "")) or "the same collectives and compute")
+    dn = _moving_delta(alt)
     head = (f"  - `{leaf}` → {option}{spec}: {reason}"
-            + (f" ({dn:+d} CCL{'s' if abs(dn) != 1 else ''})" if dn else ""))
+            + (f" ({dn:+d} CCL{'s that move' if abs(dn) != 1 else ' that moves'} data)" if dn else ""))
     total, delta = alt.get("total_us"), alt.get("delta_us")
     if total is None or not math.isfinite(total):
-        return head + "; " + _removed_by(plan, alt) + "."
+        return head + _then(_removed_by(plan, alt, cite)) + "."
     if _broken_rules(plan, alt):  # priced with its times kept, but never a plan the search may pick
-        head += "; " + _removed_by(plan, alt) + "; priced as if the rule did not apply"
+        head += _then(_removed_by(plan, alt, cite)) + "; priced as if the rule did not apply"
     if delta is None and cost.total_us is not None:
         delta = total - cost.total_us
     nbytes = alt.get("ccl_bytes")
     if nbytes is None and alt.get("collectives_delta") is not None and cost.ccl_bytes is not None:
         nbytes = cost.ccl_bytes + sum(int(c.get("bytes_per_device") or 0) * int(c.get("count", 1) or 0)
                                          for c in alt["collectives_delta"])
-    slower = f"+{_plan.fmt_us(delta)} slower" if delta is not None and delta >= 0 else \
-        f"**{_plan.fmt_us(-(delta or 0))} faster than the plan**"
+    slower = ("the plan's step" if delta is not None and abs(delta) < SAME_US else
+              f"+{_plan.fmt_us(delta)} slower" if delta is not None and delta >= 0 else
+              f"**{_plan.fmt_us(-(delta or 0))} faster than the plan**")
     tail = f"; modeled {_plan.fmt_us(total)} ({slower}), {alt.get('ccl_count', '?')} collectives"
     return head + tail + (f", {_plan.fmt_bytes(nbytes)} per device." if nbytes is not None else ".")
+
+
+def _then(removed: str) -> str:
+    """What follows an alternative's computed figures: the rules it breaks as a sentence of
+    their own (their reasons carry their sources, and a cited sentence states no computed
+    figure), or why it has no figure."""
+    return ". N" + removed[1:] if removed.startswith("not an option") else "; " + removed
 
 
 def _broken_rules(plan, alt: dict) -> list[dict]:
@@ -837,39 +908,82 @@ def _broken_rules(plan, alt: dict) -> list[dict]:
     return [rows[r] for r in named if r in rows and not rows[r].get("allowed")]
 
 
-def _removed_by(plan, alt: dict) -> str:
+def _removed_by(plan, alt: dict, cite: Citer | None = None) -> str:
     """Why an alternative has no figure: the compiler-safety rules it breaks (its reason
     starts ``breaks R1, R2``, as the search writes it), each with its title and detail from
-    the plan's safety table; else that it was priced infinite."""
+    the plan's safety table, the detail followed by the rule's source (``cite``); else that
+    it was priced infinite."""
     rules = _broken_rules(plan, alt)
     if not rules:
         return "cannot run (priced infinite)"
-    return "not an option: " + "; ".join(
-        f"it breaks the `{r['rule']}` rule ({_md(r.get('title') or '')}): {_md(r.get('detail') or '')}".rstrip(": ")
-        for r in rules)
+
+    def why(r) -> str:
+        text = f"it breaks the `{r['rule']}` rule ({_md(r.get('title') or '')}): {_md(r.get('detail') or '')}"
+        text = text.rstrip(": ")
+        key = r.get("citation")
+        if cite is not None and key and r.get("detail") and cite.supports(key, "compiler-limitation"):
+            text += f" {cite.for_claim('compiler-limitation', text, via=(key,))}"
+        return text
+
+    return "not an option: " + "; ".join(why(r) for r in rules)
 
 
 SAME_US = 0.05  # alternatives within this of the plan, with its collectives, read as one line
 
 
 def _same_as_plan(alt: dict) -> bool:
+    """Priced as the plan, moving the same data: within ``SAME_US`` of its step, with the
+    same collectives but for local slices (an all_slice moves nothing)."""
     d = alt.get("delta_us")
-    return (d is not None and math.isfinite(d) and abs(d) < SAME_US and not alt.get("delta_ccls")
-            and not alt.get("collectives_delta"))
+    return (d is not None and math.isfinite(d) and abs(d) < SAME_US and not _moving_delta(alt)
+            and not any(c.get("kind") != "all_slice" for c in alt.get("collectives_delta") or ()))
 
 
-def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]]) -> list[str]:
+def _moving_delta(alt: dict) -> int:
+    """How many more collectives that move data an alternative has than the plan (its
+    ``collectives_delta`` without the all_slices, which are local slices; its
+    ``delta_ccls`` when it lists no delta)."""
+    moved = alt.get("collectives_delta")
+    if moved is None:
+        return int(alt.get("delta_ccls") or 0)
+    return sum(int(c.get("count") or 0) for c in moved if c.get("kind") != "all_slice")
+
+
+_NO_COMPUTE = re.compile(r"(, )?compute [+-]0\.0 us")  # a difference below the printed precision is none
+_SLICES = re.compile(r"([+-]\d+) all_slice(?: of [\d.]+ [KMG]?i?B| \([^)]*\))?( per layer)?")
+
+
+def _local_slices(reason: str) -> str:
+    """An alternative's reason with its all_slices said for what they are, once: local
+    slices of a value each device holds whole, moving no data (``+2 all_slice of 32.0
+    MiB`` reads as traffic)."""
+    found = [(int(m.group(1)), m.group(2) or "") for m in _SLICES.finditer(reason)]
+    if not found:
+        return reason
+    parts = [p.strip() for p in _SLICES.sub("", reason).split(",")]
+    more, fewer = sum(n for n, _ in found if n > 0), -sum(n for n, _ in found if n < 0)
+    where = found[0][1]
+    counts = " and ".join(f"{n} {w}" for n, w in ((more, "more"), (fewer, "fewer")) if n)
+    words = f"{counts} local slice{'s' if max(more, fewer) != 1 else ''}{where} (all_slice: no data moves)"
+    # after the collectives that move data, before compute and fit
+    at = next((i for i, p in enumerate(parts) if p.startswith(("compute ", "fits", "does not fit"))), len(parts))
+    return ", ".join([p for p in parts[:at] if p] + [words] + [p for p in parts[at:] if p])
+
+
+def _alternative_lines(plan, key: str, items: list[tuple[dict, dict]], cite: Citer | None = None) -> list[str]:
     """The lines for (group, alternative) pairs, cheapest first; those that cost what the
     plan costs with its collectives (``_same_as_plan``) as one line when there are several."""
     same = [(g, a) for g, a in items if _same_as_plan(a)]
     rest = [(g, a) for g, a in items if not _same_as_plan(a)] if len(same) > 1 else items
     rest = sorted(rest, key=lambda x: (x[1].get("total_us") is None or not math.isfinite(x[1]["total_us"]),
                                        x[1].get("delta_us") or 0))
-    lines = [_alternative_line(plan, key, g, a) for g, a in rest]
+    lines = [_alternative_line(plan, key, g, a, cite) for g, a in rest]
     if len(same) > 1:
         shown = _some([f"`{_leaf(g.get('role', '?'), key)}` → {_md(a.get('option', '?'))}" for g, a in same])
-        lines.append(f"  - {len(same)} alternatives cost what the plan costs ({_signed_us(0.0)}, the same "
-                     f"collectives): {shown}.")
+        sliced = sum(1 for _, a in same if a.get("collectives_delta"))
+        how = ("the same collectives" if not sliced else
+               f"the same collectives that move data; {sliced} of them only add or drop local slices")
+        lines.append(f"  - {len(same)} alternatives cost what the plan costs ({how}): {shown}.")
     return lines
 
 
@@ -949,12 +1063,13 @@ def _shown_as_alternative(r: dict, groups: list[dict]) -> bool:
                for g in groups for a in g.get("alternatives") or [])
 
 
-def _rejected(plan: Plan, key: str, comp: dict, rejected: list) -> list[str]:
+def _rejected(plan: Plan, key: str, comp: dict, rejected: list, cite: Citer | None = None) -> list[str]:
     """Per group, each alternative priced on the whole model (every other group at the
     plan's choice), cheapest first; then the search's whole-model alternatives that
     changed this component."""
     cost = plan.cost
-    lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []])
+    lines = _alternative_lines(plan, key, [(g, a) for g in comp["groups"] for a in g.get("alternatives") or []],
+                               cite)
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         changed = r.get("arguments_changed") or {}
         if key not in {_changed_component(plan, k) for k in changed} or _shown_as_alternative(r, comp["groups"]):
@@ -1082,9 +1197,10 @@ def _sites(plan: Plan, rejected: list, cite: Citer) -> list[str]:
     out.append("- **Why:** " + cite.sentence("intermediate-constraint", "A constraint after the reshape that splits "
                                              "features into heads is the hint tt-xla places by hand")
                + " Each site was priced with and without one: "
-               + "; ".join(f"`{g['role']}`: {_md(g.get('why') or '')}" for g in sites) + ".")
+               + "; ".join(f"`{g['role']}`: {_md((g.get('why') or '').split('; best alternative')[0])}"
+                           for g in sites) + ".")
     keys = {g["role"] for g in sites}
-    lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []])
+    lines = _alternative_lines(plan, "", [(g, a) for g in sites for a in g.get("alternatives") or []], cite)
     cost = plan.cost
     for r in sorted(rejected, key=lambda r: r.get("total_us") or 0):
         if r.get("arguments_changed") and set(r["arguments_changed"]) <= keys and not _shown_as_alternative(r, sites):
@@ -1154,12 +1270,16 @@ def section_bottlenecks(plan: Plan, cite: Citer) -> list[str]:
         share = (c.ccl_us or 0) / c.total_us * 100
         out.append(f"- Collectives take {share:.0f}% of the modeled step "
                    f"({_plan.fmt_us(c.ccl_us)} of {_plan.fmt_us(c.total_us)}).")
-    for x in sorted(cs, key=lambda x: -(x.time_us or 0))[:3]:
-        cause = f" ({_md(x.cause)})" if x.cause else ""
-        out.append(f"- Largest: {x.kind}{cause} over {', '.join(x.axes or [])} of "
-                   f"{_tensor_cell(x.shape, x.dtype)} at op #{'?' if x.op_index is None else x.op_index} in "
-                   f"`{x.component or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.bytes_per_device or 0)} "
-                   f"per device, {_plan.fmt_us(x.time_us)}.")
+    largest = [x for x in sorted(cs, key=lambda x: -(x.time_us or 0)) if x.time_us][:3]
+    if largest:
+        out.append(f"- The {'largest collective' if len(largest) == 1 else f'{len(largest)} largest collectives'}"
+                   f" by modeled time:")
+        for x in largest:
+            cause = f" ({_md(x.cause)})" if x.cause else ""
+            out.append(f"  - {x.kind}{cause} over {', '.join(x.axes or [])} of "
+                       f"{_tensor_cell(x.shape, x.dtype)} at op #{'?' if x.op_index is None else x.op_index} in "
+                       f"`{x.component or INPUTS_COMPONENT}`: {_plan.fmt_bytes(x.bytes_per_device or 0)} "
+                       f"per device, {_plan.fmt_us(x.time_us)}.")
     if p.memory_fallback:
         out.append(f"- **Memory fallback taken**: {_md((p.memory_fallback_reason) or '')}. "
                    + cite.sentence("memory-loud-fallback", "Memory is sharded for only as a loud fallback"))
@@ -1209,23 +1329,27 @@ def section_safety_rules(plan: Plan, cite: Citer) -> list[str]:
 
         excluded, infinite = int(r.get("removed") or 0), int(r.get("priced_infinite") or 0)
         removed = excluded + infinite
-        detail = f" Why: {_md(r['detail']).rstrip('.')}." if r.get("detail") else ""
+        why = _md(r["detail"]).rstrip(".") if r.get("detail") else ""
+
+        def detail():
+            # the reason is the source's too: its citation follows it (a figure such as a PCC is its)
+            return f" Why: {why}{src(why)}." if why else ""
         action = ACTIONS.get(r.get("action"), _md(r.get("action") or "removed"))
         if infinite and r.get("action") != "inf":  # a rule that excludes and detects (heads)
             action = f"{action} ({excluded}) or {ACTIONS['inf']} ({infinite})" if excluded else ACTIONS["inf"]
         if r.get("plan_breaks") and not r.get("allowed"):
             about = f"**⚠ THIS PLAN BREAKS: {title}**"
             out.append(f"- {about}{src(about)}: the sharding evaluated does what this rule forbids; it may not "
-                       f"compile, or may compute the wrong result.{detail}")
+                       f"compile, or may compute the wrong result.{detail()}")
         elif r.get("allowed"):
             about = f"**⚠ TURNED OFF BY THE USER: {title}**"
             would = (f" ({removed} candidate{'s' if removed != 1 else ''} would otherwise have been "
                      f"{action})" if removed else "")
             out.append(f"- {about}{src(about)}. Candidates that break it were priced as if it did not apply{would}: "
-                       f"this plan may not compile, or may compute the wrong result.{detail}")
+                       f"this plan may not compile, or may compute the wrong result.{detail()}")
         elif removed:
             out.append(f"- {title}{src(title)}: {removed} candidate{'s' if removed != 1 else ''} "
-                       f"{action}.{detail}" + _rule_cost(r.get("cost")))
+                       f"{action}.{detail()}" + _rule_cost(r.get("cost")))
         else:
             quiet.append(title)
     if quiet:
@@ -1248,10 +1372,6 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     def cited(claim, about, rest=""):
         return f"{about} {cite.for_claim(claim, about)}{rest}"
 
-    rule("collective_permute", "collective_permute" in kinds,
-         lambda: cited("collective-permute-unsupported", "**collective_permute is not lowered by tt-mlir** "
-                       "(\"not implemented yet\")", ": this plan will not compile until that is fixed; choose an "
-                       "alternative."))
     rule("all_to_all", "all_to_all" in kinds,
          lambda: cited("all-to-all-slow", "all_to_all lowers to N*(N-1) pairwise point_to_point ops plus a concat, "
                        "slower than its byte count suggests", "."))
@@ -1272,21 +1392,11 @@ def limitations(plan: Plan, cite: Citer) -> tuple[list[str], list[str]]:
     rule("supported mesh", not _supported_mesh(shape),
          lambda: cited("tt-mlir-supported-mesh", f"**mesh {'x'.join(map(str, shape))} is not one tt-mlir accepts** "
                        "(\"Mesh is not valid\")", "."))
-    n1 = len(shape) == 2 and shape[1] == 1 and shape[0] > 1
-    sharded_out = False  # the plan leaves every result replicated (its closed, replicated boundary)
-    rule("output constraint on an (N,1) mesh", n1 and sharded_out,
-         lambda: cited("output-constraint-n1", "an output sharding constraint on an (N,1) mesh is broken", "."))
-    rule("sharded reshape", bool(plan.constraints),
-         lambda: cited("reshape-constraint-pair", "intermediate constraints are written as a replicated-then-sharded "
-                       "pair, the workaround for sharded reshapes", "."))
-    conv_spatial = False
-    for a in plan.arguments or []:
-        s = a.sharding or []
-        if "conv" in a.name.lower() and len(s) >= 4 and any(s[2:]):
-            conv_spatial = True
-    rule("spatial conv sharding", conv_spatial,
-         lambda: cited("spatial-conv-halo", "**a convolution is split on a spatial dim**, which needs a halo exchange "
-                       "tt-mlir does not expose", "; shard channels instead."))
+    # the compiler-safety rules with a limitation line, hit as the rule itself says
+    # (shard_opt.rules: Rule.in_plan reads the plan's safety table), never re-detected here
+    for r in RULES:
+        if r.limitation:
+            rule(r.id, r.in_plan(plan), lambda r=r: cited(r.limitation_claim, *r.limitation))
     return hits, checked
 
 
@@ -1351,16 +1461,21 @@ def section_tt_mlir(plan: Plan) -> list[str]:
     if chk.get("ttnn_ops_per_step") is not None:
         out.append(f"- TTNN runs {chk['ttnn_ops_per_step']} device ops per step ({step.get('compute', 0)} compute, "
                    f"{step.get('layout', 0)} layout and data movement, {step.get('ccl', 0)} collectives) and "
-                   f"{chk.get('ttnn_ops_at_load', 0)} at load; the plan priced "
-                   f"{chk.get('priced_device_ops', '?')} compute ops and {len((plan.collectives) or [])} "
-                   f"collectives.")
+                   f"{chk.get('ttnn_ops_at_load', 0)} at load. shard-opt's cost model priced the StableHLO module "
+                   f"as {chk.get('priced_device_ops', '?')} ops (each fused group as one, every elementwise op on "
+                   f"its own) and {len((plan.collectives) or [])} collectives: a count of what it prices, not of "
+                   f"TTNN's kernels.")
     if "checked_us" in chk:
+        est = chk.get("estimated_ops_us") or 0.0
+        ops = (f"device ops beyond the priced ones {_term_us(chk.get('extra_ops_us'))} (each at the shortest "
+               f"kernel plus the op-to-op gap)")
+        if est:  # the modeled step holds an estimate of those ops already (costmodel/ttnn_ops.py)
+            ops += (f", less the {_plan.fmt_us(est)} the modeled step already holds for them (its estimate of "
+                    f"{chk.get('estimated_ops', 0):g} such ops from the graph)")
         out.append(f"- Checked cost {_plan.fmt_us(chk['checked_us'])} (modeled "
                    f"{_plan.fmt_us(plan.cost.total_us)}): collectives tt-mlir adds "
-                   f"{_signed_us(chk.get('extra_ccl_us'))}, priced ones it drops {_signed_us(-(chk.get('missing_ccl_us') or 0))}, "
-                   f"device ops beyond the priced ones {_signed_us(chk.get('extra_ops_us'))} (each at the shortest "
-                   f"kernel plus the op-to-op gap), collectives moved to load time "
-                   f"{_signed_us(-(chk.get('load_ccl_us') or 0))}.")
+                   f"{_term_us(chk.get('extra_ccl_us'))}, priced ones it drops {_term_us(-(chk.get('missing_ccl_us') or 0))}, "
+                   f"{ops}, collectives moved to load time {_term_us(-(chk.get('load_ccl_us') or 0))}.")
     n = chk.get("numerics")
     if n:
         if n.get("status") == "not run":

@@ -40,6 +40,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 
 from shard_opt.emit import _plan
+from shard_opt.plan import PipelinePlan
 from shard_opt.verdict import COMPOSITES_OPTION
 from shard_opt.verdict import of as verdict_of
 from shard_opt.errors import UserError
@@ -78,7 +79,7 @@ def emit_torch(script_source: str, plan, *, loader: str | None = None) -> str:
       first ``torch_xla`` import and nowhere earlier.
     """
     plan = _plan.as_plan(plan)
-    if plan.get("pipeline"):
+    if isinstance(plan, PipelinePlan):
         raise UserError("--emit-torch writes one load script; this plan is a pipeline of several models")
     module = _parse(script_source)
     module = _remove_block(module)
@@ -98,7 +99,7 @@ def emit_torch(script_source: str, plan, *, loader: str | None = None) -> str:
     ctx = CodemodContext()
     for mod, obj, asname in _IMPORTS:
         AddImportsVisitor.add_needed_import(ctx, mod, obj, asname)
-    if plan.get("constraints"):
+    if plan.constraints:
         AddImportsVisitor.add_needed_import(ctx, "tt_torch.sharding", "sharding_constraint_tensor")
     if _guard_specs(plan):
         AddImportsVisitor.add_needed_import(ctx, "tt_torch.sharding", "sharding_constraint_hook")
@@ -283,6 +284,7 @@ def _comment(sharding, shape, why: str) -> str:
     """``column-parallel [4096x4096]`` for a Linear weight ([out, in]); else the shape and
     the first clause of the search's reason."""
     kind = ""
+    sharding = _plan.axis_names(sharding)
     if len(sharding) == 2:
         if sharding[0] and not sharding[1]:
             kind = "column-parallel"
@@ -309,24 +311,24 @@ def _input_specs(plan) -> list[tuple[list | None, str]]:
     return out
 
 
-def _constraint_specs(plan: dict) -> list[tuple[str, list, str]]:
+def _constraint_specs(plan) -> list[tuple[str, list, str]]:
     out = []
-    for c in plan.get("constraints") or []:
+    for c in plan.constraints or []:
         module = c.get("module") or c.get("component")
         if module and c.get("sharding") is not None:
             out.append((module, c["sharding"], c.get("why", "")))
     return out
 
 
-def _guard_specs(plan: dict) -> list[tuple[str, list, str]]:
+def _guard_specs(plan) -> list[tuple[str, list, str]]:
     """(module name or role, output sharding, comment) for every guard tied to a module."""
     return [(g["module"], g["sharding"], f"{g['rule']}: {g.get('why', '')}")
-            for g in plan.get("guards") or [] if g.get("module") and g.get("sharding") is not None]
+            for g in plan.guards or [] if g.get("module") and g.get("sharding") is not None]
 
 
-def _loose_guards(plan: dict) -> list[dict]:
+def _loose_guards(plan) -> list[dict]:
     """The guards no module output stands for (the user adds them by hand)."""
-    return [g for g in plan.get("guards") or [] if not g.get("module")]
+    return [g for g in plan.guards or [] if not g.get("module")]
 
 
 def _fmt_table(entries: list[tuple[str, str, str]], indent: str = "    ") -> list[str]:
@@ -337,11 +339,11 @@ def _fmt_table(entries: list[tuple[str, str, str]], indent: str = "    ") -> lis
     return lines
 
 
-def _weight_overrides(plan: dict) -> dict:
-    return ((plan.get("weight_formats") or {}).get("overrides")) or {}
+def _weight_overrides(plan) -> dict:
+    return ((plan.weight_formats or {}).get("overrides")) or {}
 
 
-def _weight_format_lines(plan: dict) -> list[str]:
+def _weight_format_lines(plan) -> list[str]:
     """tt-xla's compile options for the program the plan was priced as: the global
     experimental_weight_dtype for --weight-dtype (tt-xla docs/source/performance.md),
     per-parameter overrides (tt_torch.weight_dtype.apply_weight_dtype_overrides, fnmatch
@@ -349,12 +351,12 @@ def _weight_format_lines(plan: dict) -> list[str]:
     tt-xla's own default is off: pjrt_implementation/inc/api/compile_options.h)."""
     from shard_opt.weights import TT_XLA_NAMES
 
-    formats = plan.get("weight_formats")
+    formats = plan.weight_formats
     options = {}
     lines = []
     if formats:
         lines.append(f"# Matmul weights stored as block floats on the device (shard-opt --weight-dtype "
-                     f"{plan.get('weight_dtype', '')}); the model must be bfloat16.")
+                     f"{(plan.weight_dtype or '')}); the model must be bfloat16.")
         if formats["default"] != "bf16":
             options["experimental_weight_dtype"] = TT_XLA_NAMES[formats["default"]]
     if _traced(plan):
@@ -372,10 +374,10 @@ def _weight_format_lines(plan: dict) -> list[str]:
     return lines
 
 
-def _traced(plan: dict) -> bool:
+def _traced(plan) -> bool:
     """The plan's cost model priced traced dispatch (``tenstorrent*``, unless
     ``dispatch=untraced`` / ``none`` was asked for)."""
-    name = str(plan.get("cost_model") or "")
+    name = str(plan.cost_model or "")
     return name.startswith("tenstorrent") and "dispatch=" not in name or "dispatch=traced" in name
 
 
@@ -390,17 +392,17 @@ def _block_text(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
     axes_text = ", ".join('"' + a + '"' for a in axes)
     lines = [
         BEGIN,
-        f"# Model {plan.get('model', '?')} on a {'x'.join(map(str, shape))} mesh ({mesh_desc})"
-        + (f", {plan['system']}" if plan.get("system") else "") + ".",
+        f"# Model {(plan.model or '?')} on a {'x'.join(map(str, shape))} mesh ({mesh_desc})"
+        + (f", {plan.system}" if plan.system else "") + ".",
     ]
-    if plan.get("strategy"):
-        lines.append(f"# Strategy: {plan['strategy']}.")
+    if plan.strategy:
+        lines.append(f"# Strategy: {plan.strategy}.")
     if cost:
         lines.append(
             f"# Modeled step {_plan.fmt_us(cost.total_us)}, {cost.ccl_count} collectives, "
             f"{_plan.fmt_bytes(cost.ccl_bytes)} moved per device (see the shard-opt report)."
         )
-    numerics = plan.get("numerics") or {}
+    numerics = plan.numerics or {}
     if numerics and not numerics.get("passed", True):
         lines.append(f"# NUMERICS FAILED: shard-opt --verify-numerics found this plan's sharded results differ from "
                      f"the unsharded ones (max abs err {numerics.get('max_abs_err', 0):.3g}); do not deploy it as it is.")
@@ -411,13 +413,13 @@ def _block_text(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
             lines += ["# Compile it with tt-xla's composites off, the form tt-mlir compiled and checked:",
                       "# torch.compile(model, backend=\"tt\", options=SHARD_OPT_TORCH_COMPILE_OPTIONS)",
                       f"SHARD_OPT_TORCH_COMPILE_OPTIONS = {{\"{COMPOSITES_OPTION}\": False}}"]
-    resized = plan.get("inputs_resized")
+    resized = plan.inputs_resized
     if resized:
         lines.append(f"# Planned for token inputs of {resized['to']} ({resized['flags']}); load_inputs() returns "
                      f"{resized['from']}: the sharding holds for the planned size.")
-    if plan.get("memory_fallback"):
+    if plan.memory_fallback:
         lines.append("# MEMORY FALLBACK: the fastest plan does not fit in DRAM; this one trades speed for memory: "
-                     + str(plan.get("memory_fallback_reason") or ""))
+                     + str(plan.memory_fallback_reason or ""))
     if existing:
         lines.append("# This script already calls mark_sharding on: " + ", ".join(existing[:6])
                      + ("..." if len(existing) > 6 else "") + "; those calls override this plan where they run later.")
@@ -443,7 +445,7 @@ def _block_text(plan, mesh_name: str, existing: list[str], needs_inputs: bool,
         for s, c in _input_specs(plan):
             lines.append(f"    {_plan.spec_text(s) if s else 'None'},  # {c}")
         lines.append("]")
-    inside = [c for c in plan.get("constraints") or [] if c.get("site") and not (c.get("module") or c.get("component"))]
+    inside = [c for c in plan.constraints or [] if c.get("site") and not (c.get("module") or c.get("component"))]
     if inside:
         lines += ["# The plan also constrains values inside forward(), where no module output can be hooked:",
                   "# after each reshape below, add sharding_constraint_tensor(t, mesh, (None,) * t.dim()) and then",

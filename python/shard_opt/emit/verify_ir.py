@@ -46,6 +46,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from shard_opt.plan import PipelinePlan
 from shard_opt.emit import _plan
 from shard_opt.emit.citations import CITATIONS
 
@@ -127,7 +128,7 @@ class VerifyResult:
     boundaries: list[DumpOp] = field(default_factory=list)
     const_eval: list[DumpOp] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    plan_collectives: list = field(default_factory=list)  # plan.Collective, in program order
+    plan_collectives: list = field(default_factory=list)  # plan.CollectiveRecord, in program order
     model: str = ""
 
     @property
@@ -530,7 +531,7 @@ def verify_ir(plan, dump_text: str) -> VerifyResult:
       dump_text: a TTIR or TTNN module as tt-xla exports it.
     """
     plan = _plan.as_plan(plan)
-    if plan.get("pipeline"):
+    if isinstance(plan, PipelinePlan):
         raise ValueError("verify-ir checks one model: pass the plan of the model the dump belongs to")
     shape, axes = _plan.mesh_of(plan)
     if len(shape) == 1:  # tt-mlir normalises 1-D meshes to (1, N)
@@ -538,7 +539,7 @@ def verify_ir(plan, dump_text: str) -> VerifyResult:
     ops, dump_mesh, dialect = parse_dump(dump_text, shape)
     res = VerifyResult(ok=False, dialect=dialect, plan_mesh=list(shape), dump_mesh=dump_mesh,
                        axis_names=list(axes), plan_collectives=_plan.collectives(plan),
-                       model=str(plan.get("model", "")))
+                       model=str(plan.model or ""))
     res.boundaries = [o for o in ops if o.kind == "boundary"]
     res.const_eval = [o for o in ops if o.kind != "boundary" and o.const_eval]
     events = _group_p2p([o for o in ops if o.kind != "boundary" and not o.const_eval])

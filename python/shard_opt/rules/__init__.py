@@ -15,8 +15,11 @@ A rule is one object (``Rule``) that carries every piece of its behaviour:
 
 ``--allow ID`` turns a rule off: its exclusions and guards go, and a plan that breaks it
 says so (``plan_breaks`` in the plan JSON's ``safety``). Adding a rule is one file here
-(an instance named ``RULE``), one entry in ``_MODULES`` and a test; its citation is a key
-of ``shard_opt.emit.citations.CITATIONS``. ``shard_opt.safety`` is what the driver calls.
+(an instance named ``RULE``, its id the file's name), one entry in ``_MODULES`` and a
+test; its citation is a key of ``shard_opt.emit.citations.CITATIONS``. Every reader asks
+this registry: the search and the baselines (``shard_opt.safety``, what the driver calls),
+``--allow`` and its help, the plan's safety table, the report's safety rules and compiler
+limitations (``limitation``, ``in_plan``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,15 @@ class Rule:
     # and said, not priced)
     detail: str
     guard_ops: tuple[str, ...] = ()
+    # the report's compiler-limitation line when a plan hits the rule (``in_plan``): (the words
+    # the citation follows, the rest), and the claim (shard_opt.emit.citations.CLAIMS) it backs
+    limitation: tuple[str, str] = ()
+    limitation_claim: str = ""
+
+    def in_plan(self, plan) -> bool:
+        """Whether a plan (``shard_opt.plan.Plan``) hits the rule: its safety table says the
+        plan breaks it (an allowed rule too: the plan still does what it forbids)."""
+        return any(r.get("rule") == self.id and r.get("plan_breaks") for r in plan.safety or [])
 
     def excludes(self, model, structure) -> dict[tuple[int, int], int]:
         """(argument, dim) -> units: the splits the search may not offer."""
@@ -89,7 +101,9 @@ class Rule:
 
 _MODULES = ("residual_stream", "vocab_gather", "heads", "conv_spatial", "collective_permute", "fused_split",
             "reshape_constraint", "tile_aligned", "tile_columns", "one_axis_contraction")
+IDS = tuple(m.replace("_", "-") for m in _MODULES)  # a rule's id is its file's name, with "-" for "_"
 RULES: tuple[Rule, ...] = tuple(importlib.import_module(f"{__name__}.{m}").RULE for m in _MODULES)
+assert tuple(r.id for r in RULES) == IDS, "a rule's id must be its file's name"
 BY_ID = {r.id: r for r in RULES}
 DETECTORS = tuple(r for r in RULES if type(r).breaks is not Rule.breaks)
 GUARDS = tuple(r for r in RULES if r.guard_ops)

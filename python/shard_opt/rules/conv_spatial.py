@@ -15,4 +15,7 @@ class ConvSpatial(Rule):
 
 RULE = ConvSpatial(
     "conv-spatial", "convolutions split on channels only", "tt_mlir_8216", "exclude",
-    "a split of a convolution's spatial dims needs a halo exchange tt-mlir does not expose")
+    "a split of a convolution's spatial dims needs a halo exchange tt-mlir does not expose",
+    limitation=("**a convolution is split on a spatial dim**, which needs a halo exchange tt-mlir does not expose",
+                "; shard channels instead."),
+    limitation_claim="spatial-conv-halo")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from shard_opt import ir
+from shard_opt.dataflow import MOVING_OPS, moved_dims_of
 from shard_opt.rules import Rule
-
-MOVING_OPS = ("stablehlo.slice", "stablehlo.pad", "stablehlo.reverse")
 
 
 class FusedSplit(Rule):
@@ -56,26 +55,6 @@ class FusedSplit(Rule):
         return False
 
 
-def moved_dims_of(op) -> list[int]:
-    """Dims along which ``op`` moves data between positions: what a slice cuts, a pad pads,
-    a reverse reverses. Split there, each device would need another device's data."""
-    name = op.operation.name
-    tt = ir.tensor_type(op.operands[0].type) if op.operands else None
-    if tt is None:
-        return []
-    shape = tt[0]
-    attrs = op.attributes
-    if name == "stablehlo.slice":
-        start, limit, strides = (list(attrs[k]) for k in ("start_indices", "limit_indices", "strides"))
-        return [d for d in range(len(shape)) if start[d] != 0 or limit[d] != shape[d] or strides[d] != 1]
-    if name == "stablehlo.pad":
-        lo, hi, inner = (list(attrs[k]) for k in ("edge_padding_low", "edge_padding_high", "interior_padding"))
-        return [d for d in range(len(shape)) if lo[d] or hi[d] or inner[d]]
-    if name == "stablehlo.reverse":
-        return sorted(set(attrs["dimensions"]))
-    return []
-
-
 RULE = FusedSplit(
     "fused-split", "a slice of a split dim gathers it first", "expert_fused_split", "guard",
     "torch.split / chunk across a sharded fused dim cuts it where devices do not, which miscompiles under "
@@ -95,7 +74,7 @@ def script_guards(module, model, rule: Rule = None) -> list[dict]:
     """``FusedSplit.script_guards`` (see there); ``module`` is an MLIR module or its text,
     ``model`` the ``LoweredModel`` whose arguments name the weights."""
     from shard_opt.analysis import meshes_of
-    from shard_opt.emit._plan import role as role_of
+    from shard_opt.lowered import role_of
     from shard_opt.module_outputs import Graph, Untied, back_dims
 
     rule_id = rule.id if rule is not None else "fused-split"

@@ -292,4 +292,5 @@ RULE = ResidualStream(
     "result is split on a projection's output features, whether a reduce_scatter, weights sliced to match "
     "a hidden-split embedding or a column-parallel layer fed a gathered input made it so, through a norm "
     "after the projection too) lets tt-mlir drop the all-reduces after row-parallel layers, silently "
-    "corrupting the result (PCC ~0.37); the experts keep it replicated")
+    "corrupting the result (PCC ~0.37); tt-forge-models' Llama-70B and Nemotron loaders keep it replicated for "
+    "that reason")

@@ -29,12 +29,11 @@ def gather_indexed_dims(model, *, row_lookups: bool = True) -> set[tuple[int, in
     indexes (``start_index_map``): an embedding table's vocabulary. ``row_lookups=False``
     leaves out the row lookups (``is_row_lookup``), which tt-mlir partitions split. A model
     scored from its short copies is read from its 1-layer copy, whose tables map onto every
-    layer by role (``safety.layer_copy``): the whole module need not be parsed, nor even
+    layer by role (``lowered.layer_copy``): the whole module need not be parsed, nor even
     lowered yet."""
     from shard_opt import ir
     from shard_opt.dataflow import Graph, attr_ints
-    from shard_opt.lowered import indices_by_role
-    from shard_opt.safety import layer_copy
+    from shard_opt.lowered import indices_by_role, layer_copy
 
     short = layer_copy(model)
     g = Graph.of(ir.parse(short.text, filename=short.name), [a.kind for a in short.arguments])
