@@ -3,7 +3,7 @@ plan with a wrong collective fails whatever the seed.
 
 The seed sweep that ``tests/test_verify_bf16.py`` keeps small (two seeds for the correct
 plan, one for the wrong one): the same three models and plans (the T5 encoder and the
-ResnetBlock2D with their textbook specs, the search's plan for a 4-layer Falcon, 1x8, bf16),
+ResnetBlock2D with their textbook specs, the search's plan for a 2-layer Falcon, 1x8, bf16),
 the same wrong plan (one weight declared a partial sum, so XLA all-reduces its 8 copies),
 every seed of ``--seeds``. Prints one row per model: the range of the correct plan's
 error over the output's scale and how many seeds passed, the same for the wrong plan.
@@ -30,13 +30,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from shard_opt.cli import main as cli  # noqa: E402
 from shard_opt.verify import verify_numerics  # noqa: E402
-from test_verify_bf16 import CASES, SCRIPTS, SPECS, wrong_plan  # noqa: E402
+from test_verify_bf16 import CASES, LAYERS, SCRIPTS, SPECS, wrong_plan  # noqa: E402
 
 
 def plan_text(name: str, flags, out: Path) -> str:
     how = ["--evaluate", "--spec", os.path.join(SPECS, name + ".json"), *flags] if flags is not None else []
+    layers = ["--layers", str(LAYERS[name])] if name in LAYERS else []
     code = cli([os.path.join(SCRIPTS, name + ".py"), "--mesh", "1x8", "--dtype", "bf16", "--quiet", "--no-check", "-o", str(out),
-                *how])
+                *layers, *how])
     if code != 0:
         raise SystemExit(f"{name}: shard-opt exited {code}")
     return out.read_text()

@@ -313,18 +313,18 @@ GQA = os.path.join(SCRIPTS, "gqa_llama.py")
 
 @needs_plugin
 def test_numerics_run_on_a_layer_copy_when_the_whole_model_is_too_large(run_cli, tmp_path, monkeypatch):
-    """A 4-layer model whose arguments exceed what a run may take runs its numerics on the
-    2-layer copy the search scores (the plan applied by role, compiled by tt-mlir too), and the
-    verdict says so."""
+    """A 3-layer model (the fewest scored from its copies) whose arguments exceed what a run
+    may take runs its numerics on the 2-layer copy the search scores (the plan applied by role,
+    compiled by tt-mlir too), and the verdict says so."""
     from shard_opt import frontends
     from shard_opt.deliverable import _arg_types
 
-    model = frontends.load(GQA)
+    model = frontends.load(GQA, layers=3)
     whole, copy = (num.memory_needed(_arg_types(m)) for m in (model, model.with_layers(2)))
     assert copy < whole
     monkeypatch.setenv(num.MEMORY_ENV, str((copy + whole) / 2 / 2**30))
     p = tmp_path / "p.json"
-    code, _, err = run_cli(GQA, "--mesh", "1x8", "--check", "--plan-json", p)
+    code, _, err = run_cli(GQA, "--layers", "3", "--mesh", "1x8", "--check", "--plan-json", p)
     assert code == 0, err
     chk = json.loads(p.read_text())["checks"]["tt_mlir"]
     assert chk["numerics"]["module"] == "the 2-layer copy" and chk["numerics"]["status"] == "passed", chk["numerics"]

@@ -6,7 +6,7 @@ and compute the same values sharded on the mesh's devices as unsharded
 (``verify_numerics``). Where the search driver exists, the program also goes through
 the whole search and the winning plan is checked the same way.
 
-The suite draws 12 sharded programs; a longer run (hundreds, any seed) with a table of
+The suite draws 6 sharded programs; a longer run (hundreds, any seed) with a table of
 results: ``python benchmarks/fuzz_long.py``.
 """
 
@@ -26,7 +26,7 @@ from shard_opt import ir
 from shard_opt.pass_manager import PassContext, PassManager, parse_pipeline
 from shard_opt.verify import verify_numerics
 
-FUZZ = settings(max_examples=12, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=6, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
 

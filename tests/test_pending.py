@@ -47,7 +47,7 @@ def test_pending_model_reads_through_to_the_real_one():
 
 def _plan(model):
     """The plan JSON without ``search.seconds`` (the one field that may differ)."""
-    opts = Options(meshes=[Mesh((2, 4))], progress=False)
+    opts = Options(meshes=[Mesh((1, 2))], progress=False)  # the smallest mesh with a search
     plan = json.loads(dumps(optimize(model, opts).plan))
     del plan["search"]["seconds"]
     return plan

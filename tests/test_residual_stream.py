@@ -173,10 +173,21 @@ def test_legitimate_plans_are_not_flagged(models, case):
     assert "residual-stream" not in facts.violations
 
 
-@pytest.mark.parametrize("case", CASES)
+# The search on one shape (Gemma-2's, the cheapest search of the three; 14 s against Qwen3.5's
+# 55 s on a loaded 2-core machine): whether each shape's split stream is found and priced
+# infinite is the first test's, for all three. benchmarks/residual_stream_search.py runs this
+# test's search on every shape.
+SEARCHED = ["gemma2"]
+
+
+@pytest.mark.parametrize("case", SEARCHED)
 def test_the_search_keeps_the_residual_stream_whole(models, run_cli, tmp_path, case):
     # the plan that splits the stream seeds the search as the user's own (--spec): it is
     # priced infinite, and the plan recommended keeps the stream whole
+    search_keeps_the_stream_whole(models(case), run_cli, tmp_path, case)
+
+
+def search_keeps_the_stream_whole(model, run_cli, tmp_path, case):
     script, layers, bad = CASES[case][:3]
     plan_path = tmp_path / "plan.json"
     args = [os.path.join(FIXTURES, script), "--mesh", "1x8", "--dtype", "f32", "--spec", _spec_file(tmp_path, bad),
@@ -187,7 +198,6 @@ def test_the_search_keeps_the_residual_stream_whole(models, run_cli, tmp_path, c
     rows = _safety(plan)
     assert rows["residual-stream"]["priced_infinite"] >= 1
     assert not any(r["plan_breaks"] for r in rows.values())
-    model = models(case)
     chosen = {a["name"]: TensorSharding.of(a["sharding"]) for a in plan["arguments"]}
     _, _, axes = _stream(_evaluator(model), {a.index: chosen[a.name] for a in model.arguments if a.name in chosen})
     assert M not in axes

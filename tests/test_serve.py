@@ -339,7 +339,9 @@ def test_users_are_limited_by_dram(tmp_path):
     tiny = dataclasses.replace(costmodel.get_system("n150"), name="test-12mib", dram_bytes=12 * 2**20)
     costmodel.register_system(tiny)
     profile = Profile.parse("isl=64,osl=64,max_batch=512")
-    dep = deploy(Request(source=LLAMA, devices=1, system="test-12mib", profile=profile,
+    # layers=2: the example's own depth, lowered as it is (without it the screening lowers
+    # the 1-layer copy first to learn the depth, one more lowering per batch tried)
+    dep = deploy(Request(source=LLAMA, devices=1, system="test-12mib", profile=profile, layers=2,
                          options=Options(check=False), quiet=True))
     r = dep.record
     m = r["memory_per_chip"]
@@ -352,6 +354,6 @@ def test_users_are_limited_by_dram(tmp_path):
     assert any(line.startswith("memory:") for line in r["limits"])
     # asking for more users than fit refuses the configuration, saying how many fit
     with pytest.raises(UserError, match=r"do not fit: \d+ do|does not fit"):
-        deploy(Request(source=LLAMA, devices=1, system="test-12mib",
+        deploy(Request(source=LLAMA, devices=1, system="test-12mib", layers=2,
                        profile=Profile.parse(f"isl=64,osl=64,users={expect + 50}"),
                        options=Options(check=False), quiet=True))
