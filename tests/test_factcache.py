@@ -1,6 +1,7 @@
 """Evaluated candidates' facts kept on disk (shard_opt.factcache): a second run on the same
-zoo model and mesh propagates nothing and writes the same plan; another mesh, a change
-to the code or --no-cache misses; .mlir inputs never use it."""
+model and mesh (a zoo model, a .mlir file or a load script) propagates nothing and writes
+the same plan; another mesh, a change to the code, other argument kinds or --no-cache
+misses."""
 
 import json
 import os
@@ -71,10 +72,40 @@ def test_the_code_digest_covers_the_safety_rules():
     assert os.path.abspath(residual_stream.__file__) in paths
     assert os.path.abspath(factcache.__file__) in paths
 
-def test_no_cache_and_mlir_inputs_store_nothing(tmp_path, run_cli, counted):
+def test_no_cache_stores_nothing(tmp_path, run_cli, counted):
     assert run_cli("zoo:mlp", "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--no-cache")[0] == 0
-    assert run_cli(MLP, "--mesh", "1x2", "-o", tmp_path / "o.mlir")[0] == 0
+    assert run_cli(MLP, "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--no-cache")[0] == 0
     assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("source", [MLP, os.path.join(ROOT, "tests", "fixtures", "scripts", "residual_mlp.py")],
+                         ids=["mlir", "load-script"])
+def test_a_mlir_file_or_a_load_script_reuses_its_facts(tmp_path, run_cli, counted, source):
+    """Keyed by the module the search prepared, not by where it came from: the second run on
+    the same .mlir file or load script propagates only the final whole-model evaluation."""
+    args = [source, "--mesh", "1x2", "-o", tmp_path / "o.mlir", "--quiet"]
+    assert run_cli(*args, "--plan-json", tmp_path / "a.json")[0] == 0
+    first = len(counted)
+    assert first > 2 and os.listdir(tmp_path / "cache" / factcache.SUBDIR)
+    assert run_cli(*args, "--plan-json", tmp_path / "b.json")[0] == 0
+    assert len(counted) - first < first and len(counted) - first <= 1
+    assert _plan(tmp_path / "a.json") == _plan(tmp_path / "b.json")
+
+
+def test_other_argument_kinds_miss(tmp_path, counted):
+    """The facts read each argument's kind (a weight's bytes are not an input's), which the
+    module text does not carry: the same text with another kind is another key."""
+    import dataclasses
+
+    from shard_opt import costmodel, frontends
+    from shard_opt.sharding import Mesh
+
+    model = frontends.load(MLP)
+    other = dataclasses.replace(model, arguments=[dataclasses.replace(a, kind="input") if a.kind == "param" else a
+                                                  for a in model.arguments])
+    system, cm = costmodel.get_system("wh-loudbox"), costmodel.get_cost_model("tenstorrent")
+    keys = {factcache.key_of(evaluate.Evaluator(m, Mesh((1, 2)), system, cm)) for m in (model, other)}
+    assert len(keys) == 2
 
 
 def test_a_damaged_file_is_no_facts(tmp_path, run_cli, counted):

@@ -18,7 +18,9 @@ the prepared module text and the settings above, jaxlib's version and the source
 every module of the core and of the passes; so a change to the analysis or the passes
 never serves stale facts. The least recently used files are evicted with the lowering
 entries, under the same size limit; the cache line's entry count is the lowering
-entries'. Only zoo models use it (a load script or a ``.mlir`` file is never cached, see
+entries'. Every model uses it, a load script or a ``.mlir`` file as well as a zoo model:
+the key is the module the search prepared, not where it came from (a load script itself is
+never cached, see
 ``frontends/cache.py``). Like the lowering cache, entries are pickles: keep the
 directory private.
 """
@@ -83,6 +85,9 @@ def key_of(ev) -> str:
     h.update(ev.text.encode())
     h.update(repr((sorted(ev.storage.items()), ev.pipeline, tuple(ev.mesh.shape), tuple(ev.mesh.axes),
                    ev.mesh.name, sorted((k, v.body()) for k, v in ev.result_shardings.items()))).encode())
+    # the facts also read each argument's name and kind (param, input, cache ...: the
+    # frontend's, not the text's), so two models of one text with other kinds never share
+    h.update(repr([(a.index, a.name, a.kind) for a in ev.model.arguments]).encode())
     h.update(_code_digest().encode())
     return f"{ev.model.name}-{h.hexdigest()[:32]}"
 

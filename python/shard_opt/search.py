@@ -300,7 +300,7 @@ def make_scorer(model: LoweredModel, mesh: Mesh, system, cost_model, **setting):
     ``setting``: the ``Evaluator`` options (``pipeline``...). A zoo model's evaluators start
     from the facts earlier runs stored (``shard_opt.factcache``; the caller ``persist()``s)."""
     layers = model.num_layers or 0
-    persist = model.source == "zoo"  # what Shardy made of each candidate is kept (shard_opt.factcache)
+    persist = True  # what Shardy made of each candidate is kept (shard_opt.factcache; off with the cache)
     if model.with_layers is not None and layers > 2:
         return LayeredEvaluator(
             Evaluator(model.with_layers(1), mesh, system, cost_model, persist=persist, **setting),
