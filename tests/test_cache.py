@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shard_opt import frontends, timing
+from shard_opt import factcache, frontends, timing
 from shard_opt.frontends import cache, zoo
 from conftest import CHILD_CEILING_S
 
@@ -217,11 +217,12 @@ def test_cli_shows_the_home_directory_as_tilde(home, run_cli, monkeypatch):
 def test_cli_mlir_input_does_not_touch_the_cache(home, run_cli):
     code, _, err = run_cli(MLP, "--mesh", "1x2", "-o", home / "o.mlir")
     assert code == 0, err
-    # it says where the cache lives and why this run did not use it, and creates nothing
+    # it says where the cache lives and why this run kept no lowering; only the evaluated
+    # candidates are stored (shard_opt.factcache: every model's)
     line = err.strip().splitlines()[-1]
-    assert line.startswith(f"shard-opt: cache: {home / 'xdg' / 'shard-opt'} keeps zoo: lowerings")
-    assert "not used: a .mlir input needs no lowering" in line
-    assert not (home / "xdg").exists()
+    assert line.startswith(f"shard-opt: cache: {home / 'xdg' / 'shard-opt'} keeps every model's evaluated candidates")
+    assert "no lowering kept: a .mlir input needs no lowering" in line
+    assert os.listdir(home / "xdg" / "shard-opt") == [factcache.SUBDIR]
 
 
 # -- timings ----------------------------------------------------------------------------
@@ -290,7 +291,7 @@ def test_a_process_run_times_its_start_up_and_imports_nothing_heavy(tmp_path):
     data = json.loads(out.read_text())
     assert 0 < data["import"] < data["wall_s"] and data["exit_status"] == 0
     assert (tmp_path / "o.mlir").read_text().startswith("module")
-    assert not (tmp_path / "cache").exists()
+    assert os.listdir(tmp_path / "cache") == [factcache.SUBDIR]  # facts only: no lowering kept
 
 
 def test_the_process_exit_status_is_main_s(tmp_path):

@@ -519,8 +519,8 @@ _UNCACHED = {"mlir": "a .mlir input needs no lowering", "jax": "a JAX function i
 
 
 def cache_line(sources: list[str] = ()) -> str | None:
-    """Where the lowering cache lives: what this run took from it, or, when the inputs
-    never go through it (.mlir, load scripts), why not and what it is for."""
+    """Where the cache lives: what this run took from it, or, when the inputs are not
+    lowered through it (.mlir, load scripts), why not and what it keeps."""
     from shard_opt.frontends import cache
 
     root = cache.cache_dir()
@@ -530,7 +530,8 @@ def cache_line(sources: list[str] = ()) -> str | None:
     shown = "~" + root[len(home):] if home not in ("", "/") and (root + "/").startswith(home + "/") else root
     if not (cache.stats["hits"] or cache.stats["misses"]):
         why = next((_UNCACHED[s] for s in sources if s in _UNCACHED), None)
-        return f"shard-opt: cache: {shown} keeps zoo: lowerings (not used: {why})" if why else None
+        return (f"shard-opt: cache: {shown} keeps every model's evaluated candidates and the lowerings of zoo: "
+                f"models (no lowering kept: {why})") if why else None
     n, size = cache.usage(root)
     loads = cache.stats["hits"] + cache.stats["misses"]
     mb = size / 2**20
