@@ -29,53 +29,47 @@ from shard_opt.sharding import TensorSharding
 SCHEMA_VERSION = 1  # the plan JSON's layout; a reader refuses any other (Plan.from_json)
 
 
-class FrozenDict(dict):
-    """A JSON object that cannot change (a plan's field, or a value inside one)."""
+class _Frozen:
+    """What a plan's frozen JSON containers share: a change raises, a copy is the value
+    itself, a pickle rebuilds it from its plain form (``_PLAIN``)."""
+
+    _PLAIN: ClassVar[type]
 
     def _frozen(self, *args, **kwargs):
         raise TypeError("a plan is frozen: build another (dataclasses.replace)")
 
-    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _frozen  # type: ignore
+    def __reduce__(self):
+        return type(self), (self._PLAIN(self),)
+
+    def __reduce_ex__(self, protocol):
+        return self.__reduce__()
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class FrozenDict(_Frozen, dict):
+    """A JSON object that cannot change (a plan's field, or a value inside one)."""
+
+    _PLAIN = dict
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _Frozen._frozen  # type: ignore
 
     def __hash__(self):  # noqa: D105
         return hash(tuple(self.items()))
 
-    def __reduce__(self):
-        return FrozenDict, (dict(self),)
 
-    def __reduce_ex__(self, protocol):
-        return self.__reduce__()
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
-
-
-class FrozenList(list):
+class FrozenList(_Frozen, list):
     """A JSON list that cannot change (equal to the list it was made from)."""
 
-    def _frozen(self, *args, **kwargs):
-        raise TypeError("a plan is frozen: build another (dataclasses.replace)")
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _frozen  # type: ignore
-    append = extend = insert = remove = pop = clear = sort = reverse = _frozen  # type: ignore
+    _PLAIN = list
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _Frozen._frozen  # type: ignore
+    append = extend = insert = remove = pop = clear = sort = reverse = _Frozen._frozen  # type: ignore
 
     def __hash__(self):  # noqa: D105
         return hash(tuple(self))
-
-    def __reduce__(self):
-        return FrozenList, (list(self),)
-
-    def __reduce_ex__(self, protocol):
-        return self.__reduce__()
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
 
 def freeze(v):

@@ -316,8 +316,9 @@ def figures_of_plan(phase: str, outcome, system_name: str) -> PhaseFigures:
             fig.vocab = shape[-1]
             head = head_argument(model.arguments, fig.vocab)
             rec = next((a for a in plan.arguments if head is not None and a.name == head.name), None)
-            if rec is not None and rec.sharding.axis_names() and rec.sharding.axis_names()[0]:
-                fig.vocab_axes = tuple(rec.sharding.axis_names()[0])
+            names = rec.sharding.axis_names() if rec is not None else []
+            if names and names[0]:
+                fig.vocab_axes = tuple(names[0])
                 fig.vocab_split = math.prod(sizes.get(x, 1) for x in fig.vocab_axes)
             fig.logits_gather_us = math.fsum((c.time_us or 0.0) * (c.count or 1) for c in plan.collectives
                                              if c.kind == "all_gather" and tuple(c.shape) == shape)
