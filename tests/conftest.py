@@ -17,6 +17,15 @@ if "SHARD_OPT_CACHE" not in os.environ:
     os.environ["SHARD_OPT_CACHE"] = tempfile.mkdtemp(prefix="shard-opt-test-cache-")
     atexit.register(shutil.rmtree, os.environ["SHARD_OPT_CACHE"], ignore_errors=True)
 
+# What the test processes of one run share (the pytest-xdist processes, and the lone process
+# without xdist): ``shared_once`` keeps its results here; removed when the run ends.
+if "SHARD_OPT_TEST_SHARED" not in os.environ:
+    import atexit
+    import shutil
+
+    os.environ["SHARD_OPT_TEST_SHARED"] = tempfile.mkdtemp(prefix="shard-opt-test-shared-")
+    atexit.register(shutil.rmtree, os.environ["SHARD_OPT_TEST_SHARED"], ignore_errors=True)
+
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -92,6 +101,66 @@ REAL_RUNS = {
 }
 
 
+def shared_once(key: str, make):
+    """``make()`` once per test run, across the run's test processes: the first process to
+    ask computes it while holding a lock on ``key`` (another process asking for the same key
+    waits for it instead of computing it again) and leaves its pickle in
+    ``SHARD_OPT_TEST_SHARED``; the others read that. An exception is not kept (each asker
+    raises its own), nor is a value that cannot be pickled (each asker computes its own).
+    Returns (value, whether it was computed here)."""
+    import fcntl
+    import hashlib
+    import pickle
+
+    base = os.environ["SHARD_OPT_TEST_SHARED"]
+    path = os.path.join(base, hashlib.sha256(key.encode()).hexdigest()[:40])
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path + ".pkl"):
+            with open(path + ".pkl", "rb") as f:
+                _SHARED_COUNTS["read"] += 1
+                return pickle.load(f), False
+        value = make()
+        _SHARED_COUNTS["made"] += 1
+        try:
+            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # a closure, a module object... : not shared
+            _SHARED_COUNTS["unpicklable"] += 1
+            return value, True
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path + ".pkl")
+        return value, True
+
+
+_SHARED_COUNTS = {"made": 0, "read": 0, "unpicklable": 0}
+
+
+def pytest_sessionfinish(session):
+    """Each test process leaves its ``shared_once`` counts for the summary line."""
+    import json
+
+    with open(os.path.join(os.environ["SHARD_OPT_TEST_SHARED"], f"counts-{os.getpid()}.json"), "w") as f:
+        json.dump(_SHARED_COUNTS, f)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line: how much the run's test processes shared (``shared_once``)."""
+    import glob
+    import json
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    total = dict.fromkeys(_SHARED_COUNTS, 0)
+    for path in glob.glob(os.path.join(os.environ["SHARD_OPT_TEST_SHARED"], "counts-*.json")):
+        with open(path) as f:
+            for k, v in json.load(f).items():
+                total[k] = total.get(k, 0) + v
+    terminalreporter.write_line(f"shared by the test processes (lowerings, real plans): {total['made']} made "
+                                f"({total['unpicklable']} not picklable, so not shared), {total['read']} read "
+                                f"from another process")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_tt_mlir_compile_per_module():
     """tt-mlir compiles each distinct module once per test run: the check's ``compile_all``
@@ -156,10 +225,15 @@ def one_lowering_per_script():
         if key[1] is None:
             return real(path, **kw)
         if key not in memo:
-            memo[key] = real(path, **kw)
-        return _fresh(memo[key], path, kw)
+            # kept without its re-lowering closure (``_fresh`` gives each copy this fixture's)
+            def lower():
+                model = real(path, **kw)
+                return dataclasses.replace(model, with_layers=None), model.with_layers is not None
 
-    def _fresh(model, path, kw):
+            memo[key] = shared_once(f"lowering {key!r}", lower)[0]
+        return _fresh(*memo[key], path, kw)
+
+    def _fresh(model, relowers, path, kw):
         copies: dict = {}
 
         def with_layers(k):
@@ -169,7 +243,7 @@ def one_lowering_per_script():
 
         return dataclasses.replace(model, arguments=list(model.arguments), meta=copy.deepcopy(model.meta),
                                    architecture=copy.deepcopy(model.architecture),
-                                   with_layers=with_layers if model.with_layers is not None else None)
+                                   with_layers=with_layers if relowers else None)
 
     tf.load_script = load_script
     yield
@@ -179,7 +253,8 @@ def one_lowering_per_script():
 @pytest.fixture(scope="session")
 def real_plan(tmp_path_factory):
     """``real_plan(name)``: the ``Plan`` the CLI writes for ``REAL_RUNS[name]`` (run once a
-    session, in-process); each call returns a fresh copy, free to edit."""
+    test run, in-process, by whichever test process asks first); each call returns a fresh
+    copy, free to edit."""
     import json
 
     from shard_opt.cli import main
@@ -187,27 +262,16 @@ def real_plan(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("real-plans")
     cache: dict[str, str] = {}
-    # one run per test run, not per test process: under pytest-xdist the processes share
-    # the run's base temporary directory, and the first to ask runs the CLI while the other
-    # waits for its plan
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "real-plans-shared"
-    shared.mkdir(exist_ok=True)
 
     def get(name: str):
         if name not in cache:
-            import fcntl
+            def run() -> str:  # one run per test run, not per test process (shared_once)
+                path = d / f"{name}.json"
+                code = main([*REAL_RUNS[name], "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"])
+                assert code == 0, f"{name}: shard-opt exited {code}"
+                return path.read_text()
 
-            done = os.path.join(shared, f"{name}.json")
-            with open(os.path.join(shared, f"{name}.lock"), "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if not os.path.exists(done):
-                    path = d / f"{name}.json"
-                    code = main([*REAL_RUNS[name], "--plan-json", str(path), "-o", str(d / f"{name}.mlir"), "--quiet"])
-                    assert code == 0, f"{name}: shard-opt exited {code}"
-                    os.replace(path, done)
-            with open(done) as f:
-                cache[name] = f.read()
+            cache[name] = shared_once(f"real plan {name}", run)[0]
         return plan_from_json(json.loads(cache[name]), where=name)
 
     return get
