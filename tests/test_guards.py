@@ -152,17 +152,24 @@ def test_the_search_path_writes_its_guards(run_cli, tmp_path, models):
     assert rebuild.check(script, models["phi3_fused"], plan)["equal"]
 
 
-def test_the_harness_command_line(runs, tmp_path):
+def test_the_harness_command_line(runs, tmp_path, capsys):
     plan, script = runs["deltanet_conv", "1x8"]
     (tmp_path / "P.json").write_text(json.dumps(plan))
     (tmp_path / "S.py").write_text(script)
-    cmd = [sys.executable, "-m", "shard_opt.emit.rebuild", str(tmp_path / "S.py"), "--model",
-           os.path.join(SCRIPTS, "deltanet_conv.py"), "--plan", str(tmp_path / "P.json")]
-    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_CEILING_S)
+    args = [str(tmp_path / "S.py"), "--model", os.path.join(SCRIPTS, "deltanet_conv.py"), "--plan",
+            str(tmp_path / "P.json")]
+    ok = subprocess.run([sys.executable, "-m", "shard_opt.emit.rebuild", *args], capture_output=True, text=True,
+                        timeout=CHILD_CEILING_S)
     assert ok.returncode == 0, ok.stderr
     assert "2 guard hooks" in ok.stdout and "equal:" in ok.stdout
-    bad = subprocess.run(cmd + ["--no-guards"], capture_output=True, text=True, timeout=CHILD_CEILING_S)
-    assert bad.returncode == 1 and "missing: 2 x all_gather on model of [2, 256, 67]" in bad.stdout
+    # the same command's main() in this process (the module's entry point, shown above to run
+    # as `python -m`; a second child would start Python, torch and XLA again for it)
+    from shard_opt.emit.rebuild import main
+
+    capsys.readouterr()
+    code = main([*args, "--no-guards"])
+    out = capsys.readouterr().out
+    assert code == 1 and "missing: 2 x all_gather on model of [2, 256, 67]" in out, out
 
 
 LOOSE = '''\

@@ -10,6 +10,7 @@ axis its projections do not reduce over) are not flagged."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -204,15 +205,21 @@ def search_keeps_the_stream_whole(model, run_cli, tmp_path, case):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_allowed_the_split_stream_is_priced_and_the_plan_says_it_breaks_the_rule(run_cli, tmp_path, case):
-    script, layers, bad = CASES[case][:3]
-    plan_path = tmp_path / "plan.json"
-    args = [os.path.join(FIXTURES, script), "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec",
-            _spec_file(tmp_path, bad), "--allow", "residual-stream", "--plan-json", plan_path, "-o",
-            tmp_path / "out.mlir", "--quiet"]
-    code, _, err = run_cli(*args, *(["--layers", layers] if layers else []))
-    assert code == 0, err
-    plan = json.loads(plan_path.read_text())
+def test_allowed_the_split_stream_is_priced_and_the_plan_says_it_breaks_the_rule(models, tmp_path, case):
+    """``--evaluate --spec SPLIT --allow residual-stream``: the command line's own
+    ``evaluate_existing`` on the model the other tests lowered (the same script, layers and
+    dtype), the spec file read into its meta as the frontend reads a ``--spec``: a command-line
+    run lowered the model again (Qwen3.5's ~10 s); ``--allow`` on the command line is
+    tests/test_safety.py's and tests/test_guards.py's."""
+    from shard_opt.driver import Options, evaluate_existing
+    from shard_opt.frontends.shard_spec import load_spec_file
+    from shard_opt.plan import dumps
+
+    model = models(case)
+    bad = str(_spec_file(tmp_path, CASES[case][2]))
+    specified = dataclasses.replace(model, meta=dict(model.meta, shard_spec=load_spec_file(bad)))
+    opts = Options(meshes=[Mesh.parse("1x8")], allow=frozenset({"residual-stream"}), progress=False)
+    plan = json.loads(dumps(evaluate_existing(specified, opts).plan))
     row = _safety(plan)["residual-stream"]
     assert row["allowed"] and row["plan_breaks"]
     assert math.isfinite(plan["cost"]["total_us"]) and plan["cost"]["total_us"] > 0
