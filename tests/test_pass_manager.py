@@ -250,3 +250,34 @@ def test_pipelines_shard_opt_runs_parse_to_registered_passes():
     assert steps[:3] == ["insert-guards", "inline-calls", "decouple-const-fanout"]
     assert steps.index("replicate-non-splittable") == steps.index("func.func(sdy-sharding-constraint-to-reshard)") + 1
     assert steps[-1] == "merge-collectives"
+
+
+def test_a_kept_pass_manager_propagates_as_a_fresh_one():
+    """On the shared context ``ir.run_pipeline`` keeps the parsed MLIR pass manager and runs
+    it again for the next candidate: each candidate comes out as one parsed for it alone
+    (on a fresh context nothing is kept) makes it, whatever ran before it; one that fails
+    is not kept."""
+    pipeline = ("builtin.module(sdy-apply-sharding-constraints, "
+                "sdy-user-priority-propagate{conservative-propagation=true}, "
+                "func.func(sdy-insert-explicit-reshards{enable-full-version=true}), "
+                "func.func(sdy-reshard-to-collectives))")
+
+    def propagated(option, context=None):
+        module = ir.parse(MLP, context=context)
+        ctx = PassContext(mesh=Mesh.parse("2x4"), shardings=parse_shardings_option(option))
+        PassManager(parse_pipeline("add-mesh, apply-shardings"), ctx).run(module)
+        ir.run_pipeline(module, pipeline, verify=False, repro=False)
+        return ir.print_module(module)
+
+    seen = set()
+    for option in ("0:model/-,1:-/model", "0:-/model", "2:batch/-,0:model/-", "0:model/-,1:-/model"):
+        kept = propagated(option)
+        assert (pipeline, False) in ir._pass_managers
+        assert kept == propagated(option, ir.new_context())
+        seen.add(kept)
+    assert len(seen) == 3  # the candidates differ: each was propagated, not the first one's again
+    assert "sdy.all_reduce" in kept
+    bad = "builtin.module(no-such-pass)"
+    with pytest.raises(PassError):
+        ir.run_pipeline(ir.parse(MLP), bad, verify=False, repro=False)
+    assert (bad, False) not in ir._pass_managers

@@ -202,6 +202,9 @@ def print_module(module, *, debug_info: bool = False) -> str:
         return str(op)
 
 
+_pass_managers: dict = {}  # (pipeline, verify) -> its parsed PassManager, on the shared context
+
+
 def run_pipeline(module, pipeline: str, *, name: str = "pipeline", verify: bool = True, repro: bool = True) -> None:
     """Run an MLIR textual pass pipeline on ``module`` in place.
 
@@ -211,17 +214,32 @@ def run_pipeline(module, pipeline: str, *, name: str = "pipeline", verify: bool 
     its candidates (it is most of a Shardy run's time) and keeps it for the plan it emits.
     ``repro=False``: no input kept and no file written (a ``PassManager`` running this as
     one of its steps writes the repro itself); the error names the pipeline.
+
+    On the shared context (``shared_context``: every candidate of a search) the parsed
+    pass manager is kept per (pipeline, verify) and run again: MLIR initializes a pass
+    manager's passes (their pattern sets) on its first run only, a tenth of a candidate's
+    Shardy time (llama_load 2x4: 6.3 -> 5.7 ms per candidate, the same facts). One that
+    fails is dropped.
     """
     from jaxlib.mlir import passmanager
 
     with module.context:
         before = module.operation.clone() if repro else None  # for the repro; printed only on failure
+        # (a process that never made the shared context does not make one here)
+        shared = shared_context.cache_info().currsize and module.context == shared_context()
+        key = (pipeline, verify) if shared else None
         try:
-            pm = passmanager.PassManager.parse(pipeline)
-            pm.enable_verifier(verify)
             with _lock:
+                pm = _pass_managers.get(key) if key else None
+                if pm is None:
+                    pm = passmanager.PassManager.parse(pipeline)
+                    pm.enable_verifier(verify)
+                    if key:
+                        _pass_managers[key] = pm
                 pm.run(module.operation)
         except Exception as e:
+            if key:
+                _pass_managers.pop(key, None)
             if before is None:
                 raise PassError(f"{name} failed: {_first_diagnostic(e)} (in '{pipeline}')") from None
             fd, path = tempfile.mkstemp(prefix=f"shard-opt-{name}-", suffix=".mlir")

@@ -1,5 +1,7 @@
 """Attention heads are split whole: a device never holds part of a head."""
 
+import functools
+
 from shard_opt import ir
 from shard_opt.dataflow import ELEMENTWISE_OPS, reshape_blocks
 from shard_opt.rules import Rule
@@ -120,8 +122,29 @@ def _split(s, dims, mesh) -> bool:
 
 
 def _shape(v):
-    t = ir.tensor_type(v.type)
-    return t[0] if t else None
+    return _type_shape(v.type)
+
+
+@functools.lru_cache(maxsize=4096)
+def _type_shape(t):
+    """A ranked tensor type's shape, else None (types are uniqued: cached by the type, as
+    every candidate of a model meets the same few hundred)."""
+    tt = ir.tensor_type(t)
+    return tt[0] if tt else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _splits(src: tuple, dst: tuple) -> tuple:
+    """(source dim, the result dims after the first) of each block of a reshape from
+    ``src`` to ``dst`` that splits one dim into several (dims of size 1 aside): what a
+    head reshape may be, from the shapes alone (cached: the same reshapes in every candidate)."""
+    out = []
+    for bi, bj in reshape_blocks(src, dst) or ():
+        big_src = [k for k in bi if src[k] > 1]
+        big_dst = [j for j in bj if dst[j] > 1]
+        if len(big_src) == 1 and len(big_dst) > 1:
+            out.append((big_src[0], tuple(big_dst[1:])))
+    return tuple(out)
 
 
 def _head_reshape(op, weight_values) -> frozenset:
@@ -130,13 +153,13 @@ def _head_reshape(op, weight_values) -> frozenset:
     src, dst = _shape(op.operands[0]), _shape(op.results[0])
     if src is None or dst is None:
         return frozenset()
-    blocks = reshape_blocks(src, dst)
+    splits = _splits(src, dst)
+    if not splits:
+        return frozenset()
     inner = set()
-    for bi, bj in blocks or ():
-        big_src = [k for k in bi if src[k] > 1]
-        big_dst = [j for j in bj if dst[j] > 1]
-        if len(big_src) == 1 and len(big_dst) > 1 and _is_features(op.operands[0], big_src[0], weight_values):
-            inner.update(big_dst[1:])
+    for k, rest in splits:
+        if _is_features(op.operands[0], k, weight_values):
+            inner.update(rest)
     return frozenset(inner)
 
 
