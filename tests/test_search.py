@@ -176,6 +176,20 @@ def test_plan_json_has_the_design_fields(mlp):
     json.dumps(plan.to_json())  # serialisable
 
 
+def test_one_device_has_one_one_axis_plan(mlp):
+    """On a 1x1 mesh every split is over an axis of one device, i.e. the replicated plan:
+    tt-mlir's one-axis space is that one plan (it priced 3^k copies of it before), and the
+    baseline is the replicated plan's figure."""
+    from shard_opt.baselines import autoshard_groups
+
+    assert autoshard_groups(mlp, Mesh((1, 1))) == []
+    assert autoshard_groups(mlp, Mesh((1, 2)))  # one device more: a real space
+    plan = plan_for(mlp, "1x1")
+    one_axis, replicated = plan["baselines"]["one-axis-heuristic"], plan["baselines"]["replicated"]
+    assert one_axis["candidates_evaluated"] == 1
+    assert one_axis["total_us"] == replicated["total_us"] == plan["cost"]["total_us"]
+
+
 def test_search_is_deterministic(mlp, monkeypatch):
     monkeypatch.setenv("SHARD_OPT_CACHE", "off")  # the second run propagates again (no facts from the first)
     a = plan_for(mlp, "2x4").to_json()

@@ -340,12 +340,9 @@ def test_users_are_limited_by_dram(tmp_path):
     costmodel.register_system(tiny)
     profile = Profile.parse("isl=64,osl=64,max_batch=512")
     # layers=2: the example's own depth, lowered as it is (without it the screening lowers
-    # the 1-layer copy first to learn the depth, one more lowering per batch tried).
-    # baselines=False (as the screening runs): the users that fit are the plan's memory
-    # arithmetic, not the baselines'; on one chip the baselines' search (the one-axis
-    # heuristic's enumeration) was two thirds of this test's time
+    # the 1-layer copy first to learn the depth, one more lowering per batch tried)
     dep = deploy(Request(source=LLAMA, devices=1, system="test-12mib", profile=profile, layers=2,
-                         options=Options(check=False, baselines=False), quiet=True))
+                         options=Options(check=False), quiet=True))
     r = dep.record
     m = r["memory_per_chip"]
     per_user = KV_PER_TOKEN / 1 * profile.context  # one chip: the cache is not split

@@ -115,6 +115,12 @@ def autoshard_groups(model: LoweredModel, mesh: Mesh) -> list[Group]:
     """AutoShardingPass's space: one axis, one dim, args >= 4096 elements, grouped by shape."""
     axis = max(zip(mesh.shape, mesh.axes))[1]  # its single shardable axis: the largest
     n = mesh.axis_size(axis)
+    if n <= 1:
+        # one device (a 1x1 mesh, a --serve replica of one chip): a "split" over an axis of
+        # one device is the replicated plan itself, so the space is that one plan (the
+        # search's own groups leave such axes out the same way: candidates.make_groups).
+        # Enumerating them priced up to 3^k copies of the replicated plan.
+        return []
     by_shape: dict[tuple, list[Argument]] = {}
     for a in model.arguments:
         elems = 1
