@@ -26,7 +26,8 @@ BLOCK = os.path.join(ROOT, "examples", "transformer_block.mlir")
 
 # label -> argv (before --plan-json); small and fast, with the code paths that build the plan
 # differently: an .mlir, load scripts (a guard, fused weights, GQA heads), a zoo model scored
-# from short copies, a pipeline, --devices (the mesh choice) and --evaluate.
+# from short copies, a pipeline, --devices (the mesh choice), --evaluate, and a --serve
+# deployment (replicas of one chip: 1x1 meshes).
 CASES = {
     "mlp@1x8": [MLP, "--mesh", "1x8"],
     "mlp@2x4": [MLP, "--mesh", "2x4"],
@@ -37,6 +38,8 @@ CASES = {
     "llama-3-8b:1@2x4": ["zoo:llama-3-8b", "--layers", "1", "--mesh", "2x4"],
     "mlp@devices8": [MLP, "--devices", "8"],
     "pipeline@2x4": [MLP, BLOCK, "--mesh", "2x4"],
+    "serve@n300": [os.path.join(ROOT, "examples", "llama_load.py"), "--devices", "2", "--system", "n300",
+                   "--serve", "isl=32,osl=16,users=2"],
 }
 TIMING = {"seconds", "check_seconds"}
 
