@@ -8,23 +8,19 @@ Hypothesis runs derandomized (the ``shard-opt`` profile below).
 import os
 import tempfile
 
-# The lowering cache is on by default (~/.cache/shard-opt): keep the suite's entries in a
-# directory of its own, removed when the session ends, unless SHARD_OPT_CACHE says otherwise.
-if "SHARD_OPT_CACHE" not in os.environ:
-    import atexit
-    import shutil
+# Two directories of the run's own, made by the first process (the pytest-xdist processes
+# inherit them) and removed when it exits, unless the variable is set already:
+# SHARD_OPT_CACHE: the lowering cache is on by default (~/.cache/shard-opt); the suite's
+# entries go in a directory of their own. SHARD_OPT_TEST_SHARED: what the run's test
+# processes share (``shared_once`` below).
+for _var, _prefix in (("SHARD_OPT_CACHE", "shard-opt-test-cache-"),
+                      ("SHARD_OPT_TEST_SHARED", "shard-opt-test-shared-")):
+    if _var not in os.environ:
+        import atexit
+        import shutil
 
-    os.environ["SHARD_OPT_CACHE"] = tempfile.mkdtemp(prefix="shard-opt-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["SHARD_OPT_CACHE"], ignore_errors=True)
-
-# What the test processes of one run share (the pytest-xdist processes, and the lone process
-# without xdist): ``shared_once`` keeps its results here; removed when the run ends.
-if "SHARD_OPT_TEST_SHARED" not in os.environ:
-    import atexit
-    import shutil
-
-    os.environ["SHARD_OPT_TEST_SHARED"] = tempfile.mkdtemp(prefix="shard-opt-test-shared-")
-    atexit.register(shutil.rmtree, os.environ["SHARD_OPT_TEST_SHARED"], ignore_errors=True)
+        os.environ[_var] = tempfile.mkdtemp(prefix=_prefix)
+        atexit.register(shutil.rmtree, os.environ[_var], ignore_errors=True)
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
@@ -158,7 +154,7 @@ def pytest_terminal_summary(terminalreporter):
                 total[k] = total.get(k, 0) + v
     terminalreporter.write_line(f"shared by the test processes (lowerings, real plans): {total['made']} made "
                                 f"({total['unpicklable']} not picklable, so not shared), {total['read']} read "
-                                f"from another process")
+                                f"back instead of made again")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SCRIPTS, shared_once
+from conftest import CHILD_CEILING_S, SCRIPTS, shared_once
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -29,7 +29,7 @@ def test_another_process_reads_the_lowering_one_process_made(tmp_path, monkeypat
              "v, computed = shared_once('a lowering', lambda: 1 / 0)\n"
              "assert not computed\n"
              "print(hashlib.sha256(repr((v.text, v.arguments, v.meta, v.num_layers)).encode()).hexdigest())")
-    out = subprocess.run([sys.executable, "-c", child, TESTS], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-c", child, TESTS], capture_output=True, text=True, timeout=CHILD_CEILING_S,
                          env=dict(os.environ, SHARD_OPT_TEST_SHARED=str(tmp_path)))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == _digest(made)
