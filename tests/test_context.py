@@ -21,12 +21,6 @@ NAMESPACES = ("builtin", "func", "stablehlo", "chlo", "mhlo", "sdy", "mpmd", "ar
 PIPELINE = "builtin.module(sdy-propagation-pipeline)"
 
 
-def _jax_context():
-    from jax._src.interpreters import mlir as jmlir  # what ir.new_context stands in for
-
-    return jmlir.make_ir_context()
-
-
 def _dialects(ctx) -> set[str]:
     have = set()
     for name in NAMESPACES:
@@ -45,7 +39,7 @@ def _propagated(ctx) -> str:
 
 
 def test_a_context_has_what_jaxs_has():
-    ours, theirs = ir.new_context(), _jax_context()
+    ours, theirs = ir.new_context(), ir.jax_context()
     assert _dialects(ours) == _dialects(theirs)
     assert {"stablehlo", "sdy", "func", "chlo"} <= _dialects(ours)
     assert _propagated(ours) == _propagated(theirs)

@@ -145,6 +145,14 @@ def _context_parts():
     return Context, registry, registers, _ir.ThreadPool()
 
 
+def jax_context():
+    """jax's own IR context (``make_ir_context``), which ``new_context`` stands in for: only
+    to check the two agree (``tests/test_context.py``); it imports all of jax."""
+    from jax._src.interpreters import mlir as jmlir
+
+    return jmlir.make_ir_context()
+
+
 def new_context():
     """A fresh MLIR context with stablehlo, sdy, func, ... registered: what jax's
     ``make_ir_context`` makes (``_context_parts``), without importing jax."""
