@@ -321,7 +321,10 @@ def pytest_collection_finish(session):
     thresholds its garbage collector ran a full collection every few seconds, each a scan
     of that heap, about 8% of the process's CPU (gc.callbacks over four heavy files).
     Collections a hundred times rarer cost a little memory, nothing else (what the tests
-    compute does not depend on when a cycle is freed)."""
+    compute does not depend on when a cycle is freed). The threshold is the product's own
+    (``shard_opt.cli.GC_GEN0_THRESHOLD``, set when shard-opt is the process)."""
     import gc
 
-    gc.set_threshold(70_000, 10, 10)
+    from shard_opt.cli import GC_GEN0_THRESHOLD
+
+    gc.set_threshold(GC_GEN0_THRESHOLD, 10, 10)

@@ -329,3 +329,27 @@ def test_evaluate_on_the_plans_own_module_prices_the_plan(run_cli, tmp_path, sou
     assert sorted((c["kind"], c["shape"]) for c in evaluated["collectives"]) == \
         sorted((c["kind"], c["shape"]) for c in plan["collectives"])
     assert evaluated["cost"]["total_us"] == plan["cost"]["total_us"]
+
+
+def test_the_entry_point_collects_garbage_less_often_and_main_as_a_function_does_not():
+    """shard-opt as the process sets the collector's young-generation threshold
+    (``cli.GC_GEN0_THRESHOLD``); ``main`` called by another program leaves the program's own."""
+    import gc
+    import subprocess
+    import sys
+
+    from shard_opt import cli
+
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('threshold', gc.get_threshold()[0], flush=True))\n"
+            "from shard_opt.cli import main\nsys.argv = ['shard-opt', '--list-systems']\nmain()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"threshold {cli.GC_GEN0_THRESHOLD}" in out.stdout and cli.GC_GEN0_THRESHOLD != 700
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(1234, *before[1:])
+        assert cli.main(["--list-systems"]) == 0
+        assert gc.get_threshold()[0] == 1234
+    finally:
+        gc.set_threshold(*before)
