@@ -409,6 +409,7 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, base: str, per_
     starts = 0  # children whose plugin client never came up (not any job's fault)
     while todo:
         child = _take(key)
+        reused = child is not None
         if child is None:
             child, why = _start(env, base, per_job, len(todo))
             if child is None:
@@ -450,6 +451,8 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, base: str, per_
         todo = todo[done:]
         if not todo:  # it ended after its last result
             return
+        if reused and not done and not crashed.startswith("tt-mlir did not finish"):
+            continue  # a kept child found dead before its first result: maybe not this job's doing, a new one tries it
         # the job in progress killed the child
         results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
                             "error": crashed or "the compiler process ended without a result"}
