@@ -4,8 +4,8 @@ After the search, the recommended plan's module (``-o``) and the baselines' are 
 by tt-mlir itself, through the Tenstorrent PJRT plugin (``jax-tt-plugin``) in
 compile-only mode, in a child process (``shard_opt.ttmlir.child``: the plugin's client
 must own its process's JAX platform), kept alive between calls (``_Child``: its client
-starts once per process and environment, not once per call). tt-mlir writes its IR at every stage; this module
-reads three of them:
+starts once per process and environment, not once per call). tt-mlir writes its IR at
+every stage; this module reads three of them:
 
 - ``shlo_compiler``: StableHLO after tt-mlir's Shardy steps (the collectives first
   appear here, one per use);
@@ -278,6 +278,7 @@ class _Child:
                 os.symlink(os.path.join(self.assets, name), os.path.join(self.tmp, name))
         self.log_path = os.path.join(self.dir, "log")
         self.pid = None
+        self.started = time.monotonic()
         self.lines: queue.Queue = queue.Queue()
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(_child_command(), env={**env, "TMPDIR": self.tmp}, stdin=subprocess.PIPE,
@@ -423,7 +424,9 @@ def _run_children(todo: list[int], specs: list[dict], env: dict, base: str, per_
                                   "error": f"{STARTUP_ERROR}: {why or 'no result'}"}
                 return
         log_from = os.path.getsize(child.log_path)
-        deadline = time.monotonic() + per_job * len(todo)
+        # as a fresh child's always was: START_S + per_job for each job from its start; a kept
+        # child's client is up: per_job for each job from now
+        deadline = (time.monotonic() if reused else child.started + START_S) + per_job * len(todo)
         crashed = None
         done = 0
         if child.send([specs[k] for k in todo]):
