@@ -196,23 +196,107 @@ def test_a_compiler_client_that_dies_starting_leaves_the_plan_unchecked_not_repl
     """A child whose plugin client never comes up (seen when another run unpacks the plugin's
     assets at the same moment) is tried once more; then every job is unchecked, and the
     search's plan stays the recommendation instead of the next finalist."""
-    starts = []
-
-    def dies(jobs_path):
-        starts.append(jobs_path)
+    def dies():
         return [sys.executable, "-c", "import sys; sys.stderr.write('error: no backend tt\\n'); sys.exit(3)"]
 
     from shard_opt.ttmlir import store
 
     monkeypatch.setattr(ttc, "_child_command", dies)
     monkeypatch.setattr(store, "get", lambda key: None)  # compiled by an earlier test: compile again
+    n = len(ttc.STARTED)
     plan, err = _plan(run_cli, tmp_path, MLP, "--mesh", "2x4")
     chk = plan["checks"]["tt_mlir"]
     assert not chk["compiled"] and ttc.is_startup_error(chk["error"]), chk["error"]
     assert "exit status 3" in chk["error"]
-    assert len(starts) == 2  # one retry, not one child per job
+    assert len(ttc.STARTED) == n + 2  # one retry, not one child per job
     assert "is not recommended" not in err and "shown as found, unchecked" in err
     assert chk["verdict"]["checked"] is False and "not checked" in chk["verdict"]["words"]
     code, _, _ = run_cli(MLP, "--mesh", "2x4", "--no-check", "--plan-json", tmp_path / "unchecked.json")
     unchecked = json.loads((tmp_path / "unchecked.json").read_text())
     assert code == 0 and plan["arguments"] == unchecked["arguments"]  # the search's plan, as found
+
+
+def _mlp_jobs(*names):
+    """(jobs of the 2x4 Megatron MLP module under ``names``, the work folder, its descriptor)."""
+    from shard_opt import costmodel, frontends
+    from shard_opt.annotate import annotate
+    from shard_opt.sharding import Mesh, TensorSharding
+
+    model, mesh = frontends.load(MLP), Mesh.parse("2x4")
+    specs = {"fc1.weight": [["model"], []], "fc1.bias": [["model"]], "fc2.weight": [[], ["model"]],
+             "x": [["batch"], [], []]}
+    text = annotate(model, mesh, {a.index: TensorSharding.of(specs[a.name]) for a in model.arguments
+                                  if a.name in specs})
+    system = costmodel.get_system(costmodel.default_system_for_mesh(mesh.shape))
+    base = ttc.work_dir()
+    desc = sysdesc.descriptor_path(system, tuple(mesh.shape), os.path.join(base, "descriptors"))
+    return [ttc.Job(n, text, mesh.num_devices) for n in names], base, desc
+
+
+def _same(a, b):
+    return (a.compiled, a.error, a.irs) == (b.compiled, b.error, b.irs)
+
+
+@needs_plugin
+def test_two_compiles_in_one_process_use_one_kept_child_and_get_a_fresh_childs_results():
+    """The compiler child stays up between calls with the same environment (one client
+    start-up, not one per call), its results are a fresh child's, and closing it ends the
+    process and removes its folder."""
+    jobs, base, desc = _mlp_jobs("mlp")
+    ttc.close_children()
+    n = len(ttc.STARTED)
+    first = ttc._compile(jobs, base, desc)
+    second = ttc._compile(jobs, base, desc)
+    assert len(ttc.STARTED) == n + 1  # the second call took the first call's child
+    (kept,) = ttc._IDLE
+    assert kept.pid == ttc.STARTED[-1] and kept.proc.poll() is None and os.path.isdir(kept.dir)
+    assert first[0].compiled, first[0].error
+    assert _same(first[0], second[0]) and set(second[0].irs) == set(ttc.STAGES)
+    ttc.close_children()
+    assert kept.proc.poll() == 0 and not os.path.exists(kept.dir)  # it read the end of its input
+    fresh = ttc._compile(jobs, base, desc)
+    assert len(ttc.STARTED) == n + 2 and _same(fresh[0], second[0])
+    ttc.close_children()
+
+
+# the real child, but a job named "*-boom" kills it and one named "*-hang" never ends
+_FRAGILE_CHILD = """
+import os, signal, sys, time
+from shard_opt import ir
+from shard_opt.ttmlir import child
+real = ir.tt_compile
+def tt_compile(text, devices, export):
+    if export.endswith("-boom"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if export.endswith("-hang"):
+        time.sleep(3600)
+    return real(text, devices, export)
+ir.tt_compile = tt_compile
+sys.exit(child.main([]))
+"""
+
+
+@needs_plugin
+def test_a_job_that_kills_or_hangs_a_kept_child_fails_alone_and_the_child_is_not_kept(monkeypatch):
+    """A job that kills the kept child is tried once in a new child (a kept child found
+    dead may have died idle), then recorded as failed, and a new child compiles the rest;
+    a job that hangs past SHARD_OPT_TT_TIMEOUT gets the kept child killed; no dead child
+    is kept."""
+    monkeypatch.setattr(ttc, "_child_command", lambda: [sys.executable, "-c", _FRAGILE_CHILD])
+    jobs, base, desc = _mlp_jobs("a", "boom", "b")
+    ttc.close_children()
+    n = len(ttc.STARTED)
+    (a,) = ttc._compile(jobs[:1], base, desc)
+    assert a.compiled, a.error
+    (first,) = ttc._IDLE
+    boom, b = ttc._compile(jobs[1:], base, desc)
+    assert not boom.compiled and boom.error.startswith("tt-mlir's compiler process died (signal 9)"), boom.error
+    assert b.compiled and _same(a, b), b.error
+    assert first.proc.poll() is not None and not os.path.exists(first.dir)
+    assert len(ttc.STARTED) == n + 3 and [c.pid for c in ttc._IDLE] == [ttc.STARTED[-1]]
+    kept = ttc._IDLE[0]
+    monkeypatch.setenv(ttc.TIMEOUT_ENV, "5")
+    (hang,) = ttc._compile(_mlp_jobs("hang")[0], base, desc)
+    assert not hang.compiled and hang.error.startswith("tt-mlir did not finish within 5 s"), hang.error
+    assert kept.proc.poll() is not None and not os.path.exists(kept.dir) and not ttc._IDLE
+    assert len(ttc.STARTED) == n + 3

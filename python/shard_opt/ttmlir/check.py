@@ -3,8 +3,9 @@
 After the search, the recommended plan's module (``-o``) and the baselines' are compiled
 by tt-mlir itself, through the Tenstorrent PJRT plugin (``jax-tt-plugin``) in
 compile-only mode, in a child process (``shard_opt.ttmlir.child``: the plugin's client
-must own its process's JAX platform). tt-mlir writes its IR at every stage; this module
-reads three of them:
+must own its process's JAX platform), kept alive between calls (``_Child``: its client
+starts once per process and environment, not once per call). tt-mlir writes its IR at
+every stage; this module reads three of them:
 
 - ``shlo_compiler``: StableHLO after tt-mlir's Shardy steps (the collectives first
   appear here, one per use);
@@ -25,6 +26,7 @@ result says ``compiled: false`` with the error, and the run goes on.
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -32,6 +34,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -139,9 +142,9 @@ _NOT_THE_MODULE = ("tt-mlir did not finish", "tt-mlir's compiler process died",
 
 
 def _compile(jobs: list[Job], base: str, desc: str) -> list[Compiled]:
-    """Compile every job with tt-mlir in child processes (at most two, each starting the
-    plugin's client once; a new one after a job that killed its child). Results in the
-    jobs' order."""
+    """Compile every job with tt-mlir in compiler children (``_Child``: at most two at a
+    time, each starting the plugin's client once and kept alive for later calls; a new one
+    after a job that killed its child). Results in the jobs' order."""
     assets = os.path.join(base, "assets")
     os.makedirs(assets, exist_ok=True)
     run_dir = tempfile.mkdtemp(prefix="run-", dir=base)
@@ -158,33 +161,28 @@ def _compile(jobs: list[Job], base: str, desc: str) -> list[Compiled]:
     per_job = float(os.environ.get(TIMEOUT_ENV, "120"))
     results: dict[int, dict] = {}
     try:
-        # two children at most, each compiling its share in order (the client starts once in
-        # each; tt-mlir is single-threaded, and this machine class has two cores)
+        # two children at most, each compiling its share in order (tt-mlir is single-threaded,
+        # and this machine class has two cores)
         from shard_opt import parallel
 
         # one child the first time, while it unpacks the assets (then kept for every run); a
-        # second only when its share of compiling outlasts its client's start-up
+        # second only when its share of compiling outlasts a client's start-up (both may be
+        # kept children: the pool keeps two)
         unpacked = any(n.startswith(ASSETS_PREFIX) for n in os.listdir(assets))
         big = sum(len(j.text) for j in jobs) / 2 > SECOND_CHILD_BYTES
         n_children = max(1, min(2 if unpacked and big else 1, parallel.jobs(), len(specs)))
         shares = [list(range(i, len(specs), n_children)) for i in range(n_children)]
-        envs = [{**env, "TMPDIR": _child_tmp(run_dir, i, assets)} for i in range(n_children)]
         if n_children == 1:
-            _run_children(shares[0], specs, envs[0], run_dir, per_job, results)
+            _run_children(shares[0], specs, env, base, per_job, results)
         else:
             import threading
 
-            up = threading.Event()  # the first child's client is up: the second may start
-            threads = [threading.Thread(target=_run_children, args=(shares[0], specs, envs[0], run_dir, per_job,
-                                                                    results, up, None)),
-                       threading.Thread(target=_run_children, args=(shares[1], specs, envs[1], run_dir, per_job,
-                                                                    results, None, up))]
+            threads = [threading.Thread(target=_run_children, args=(share, specs, env, base, per_job, results))
+                       for share in shares]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
-        for e in envs:
-            _keep_assets(e["TMPDIR"], assets)
         out = []
         for k, spec in enumerate(specs):
             r = results[k]
@@ -206,8 +204,8 @@ def is_startup_error(error: str | None) -> bool:
     return bool(error) and error.startswith(STARTUP_ERROR)
 
 
-def _child_command(jobs_path: str) -> list[str]:
-    return [sys.executable, "-m", "shard_opt.ttmlir.child", jobs_path]
+def _child_command() -> list[str]:
+    return [sys.executable, "-m", "shard_opt.ttmlir.child"]
 
 
 # A second compiler child pays only when half the modules take longer to compile than its
@@ -216,92 +214,262 @@ def _child_command(jobs_path: str) -> list[str]:
 # in 0.1 s.
 SECOND_CHILD_BYTES = 400_000
 ASSETS_PREFIX = "libtt-"  # the plugin's unpacked runtime assets: TMPDIR/libtt-tt-metal-runtime-assets-<hash>
+START_S = 30  # seconds a new child has to bring its plugin client up, on top of its jobs' time
 
 
-def _child_tmp(run_dir: str, i: int, assets: str) -> str:
-    """A ``TMPDIR`` of the child's own (the plugin's client also writes its system descriptor
-    there: two clients sharing one would race), holding links to the kept assets."""
-    d = os.path.join(run_dir, f"tmp-{i}")
-    os.makedirs(d, exist_ok=True)
-    for name in os.listdir(assets):
-        if name.startswith(ASSETS_PREFIX):
-            os.symlink(os.path.join(assets, name), os.path.join(d, name))
-    return d
-
-
-def _keep_assets(tmp: str, assets: str) -> None:
-    """Move assets a child unpacked (not linked) into the kept folder, once."""
+def _keep_assets(tmp: str, assets: str, link_back: bool = False) -> None:
+    """Move assets a child unpacked (not linked) into the kept folder, once. ``link_back``
+    (the child lives on, idle): leave a link where they were, so the paths its client holds
+    still lead to them."""
     for name in os.listdir(tmp):
         path = os.path.join(tmp, name)
         if name.startswith(ASSETS_PREFIX) and not os.path.islink(path) and os.path.isdir(path):
             try:
                 os.rename(path, os.path.join(assets, name))
             except OSError:  # another run kept the same assets first
-                pass
+                continue
+            if link_back:
+                os.symlink(os.path.join(assets, name), path)
 
 
-def _run_children(todo: list[int], specs: list[dict], env: dict, run_dir: str, per_job: float,
-                  results: dict, started=None, wait_for=None) -> None:
-    """Compile ``specs[k]`` for each k in ``todo`` in a child process; a job that kills the
-    child is recorded as failed and a new child takes the rest. ``started`` (an Event) is
-    set once this child's client is up (its first line, or its end); the child waits for
-    ``wait_for`` before it starts: two plugin clients initialising at once race on
-    unpacking the plugin's runtime archive ("failed to extract embedded tt-metal runtime
-    archive")."""
-    if wait_for is not None:
-        wait_for.wait()
+# ---------------------------------------------------------------------------------
+# The compiler children, kept alive for the life of this process
+# ---------------------------------------------------------------------------------
+
+MAX_KEPT = 2  # idle compiler children kept per process (the most recently used; each holds jax and the plugin)
+_STARTING = threading.Lock()  # held while a child's client starts: two clients initialising at once race on
+#                               unpacking the plugin's runtime archive ("failed to extract embedded tt-metal
+#                               runtime archive")
+_POOL = threading.Lock()
+_IDLE: list["_Child"] = []  # least recently used first
+STARTED: list[int] = []  # the pid of every compiler child this process started (tests count them)
+
+
+def _child_key(env: dict, base: str) -> tuple:
+    """What a child's start fixes: its command, the work folder (its ``TMPDIR`` and the
+    assets) and its environment (the system descriptor, ``TT_*``, ``JAX_*``, ``LD_*``, ...).
+    Left out: ``SHARD_OPT_*`` (the child reads only ``SHARD_OPT_TT_CHILD``, set in ``env``)
+    and ``PYTEST_*`` (pytest renames the running test in it)."""
+    return (tuple(_child_command()), base,
+            frozenset((k, v) for k, v in env.items() if not k.startswith(("SHARD_OPT_", "PYTEST_"))
+                      or k == "SHARD_OPT_TT_CHILD"))
+
+
+class _Child:
+    """One compiler child (``shard_opt.ttmlir.child``) and its own folder under the work
+    folder: ``tmp`` (its ``TMPDIR``: the plugin's client writes its system descriptor there,
+    and two clients sharing one would race; it holds links to the kept assets) and ``log``
+    (its stderr). Its stdin is a pipe from this process: when this process ends, for any
+    reason, the child reads the end of its input and ends too."""
+
+    def __init__(self, key: tuple, env: dict, base: str):
+        import queue
+
+        self.key, self.base = key, base
+        self.assets = os.path.join(base, "assets")
+        children = os.path.join(base, "children")
+        os.makedirs(children, exist_ok=True)
+        _sweep(children)
+        self.dir = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=children)
+        self.tmp = os.path.join(self.dir, "tmp")
+        os.makedirs(self.tmp)
+        for name in os.listdir(self.assets):
+            if name.startswith(ASSETS_PREFIX):
+                os.symlink(os.path.join(self.assets, name), os.path.join(self.tmp, name))
+        self.log_path = os.path.join(self.dir, "log")
+        self.pid = None
+        self.started = time.monotonic()
+        self.lines: queue.Queue = queue.Queue()
+        with open(self.log_path, "w") as log:
+            self.proc = subprocess.Popen(_child_command(), env={**env, "TMPDIR": self.tmp}, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, cwd=self.dir, text=True)
+        STARTED.append(self.proc.pid)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.strip().startswith("{"):
+                try:
+                    self.lines.put(json.loads(line))
+                except ValueError:
+                    pass
+        self.lines.put(None)  # the end of its output: the child ended
+
+    def next(self, deadline: float):
+        """The child's next record; None when it ended, "timeout" past ``deadline``."""
+        import queue
+
+        try:
+            return self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return "timeout"
+
+    def send(self, jobs: list[dict]) -> bool:
+        try:
+            self.proc.stdin.write(json.dumps(jobs) + "\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def kill(self) -> int:
+        self.proc.kill()
+        return self.proc.wait()
+
+    def close(self) -> None:
+        """End the child (the end of its input; killed if it does not end in 10 s), keep
+        any assets it unpacked, remove its folder."""
+        import shutil
+
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        try:
+            _keep_assets(self.tmp, self.assets)
+        except OSError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _sweep(children: str) -> None:
+    """Remove the folders of children whose parent process is gone (it ended without
+    closing them: killed, or ``os._exit``)."""
+    import shutil
+
+    for name in os.listdir(children):
+        try:
+            os.kill(int(name.split("-", 1)[0]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(children, name), ignore_errors=True)
+        except (ValueError, OSError):
+            pass
+
+
+def _take(key: tuple) -> "_Child | None":
+    """An idle kept child started with ``key`` (the most recently used), if one is alive."""
+    with _POOL:
+        for i in range(len(_IDLE) - 1, -1, -1):
+            if _IDLE[i].key == key and _IDLE[i].proc.poll() is None:
+                return _IDLE.pop(i)
+    return None
+
+
+def _give_back(child: _Child) -> None:
+    """Keep ``child`` for a later call; close the least recently used beyond ``MAX_KEPT``."""
+    with _POOL:
+        _IDLE.append(child)
+        old = [_IDLE.pop(0) for _ in range(max(0, len(_IDLE) - MAX_KEPT))]
+    for c in old:
+        c.close()
+
+
+def close_children() -> None:
+    """End every kept compiler child (at exit; tests that need a fresh one)."""
+    with _POOL:
+        old = list(_IDLE)
+        _IDLE.clear()
+    for c in old:
+        c.close()
+
+
+atexit.register(close_children)
+
+
+def _start(env: dict, base: str, per_job: float, n_jobs: int) -> tuple[_Child | None, str | None]:
+    """A new child with its plugin client up, and its pid read: (child, None), or (None,
+    why) when it ended, or did not come up within ``START_S`` + its jobs' time, first."""
+    with _STARTING:
+        child = _Child(_child_key(env, base), env, base)
+        r = child.next(time.monotonic() + START_S + per_job * n_jobs)
+        if isinstance(r, dict) and r.get("ready"):
+            child.pid = r.get("pid")
+            _keep_assets(child.tmp, child.assets, link_back=True)  # unpacked once, kept for every child
+            return child, None
+        if r == "timeout":
+            child.kill()
+            why = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
+        else:
+            why = _death(child.proc.wait(), child.log_path)
+        child.close()
+        return None, why
+
+
+def _run_children(todo: list[int], specs: list[dict], env: dict, base: str, per_job: float,
+                  results: dict) -> None:
+    """Compile ``specs[k]`` for each k in ``todo`` in a kept child of ``env`` (a new one if
+    none is idle); a job that kills the child is recorded as failed and a new child takes
+    the rest. A child whose client never comes up is tried once more, then every job left
+    is ``STARTUP_ERROR``."""
+    key = _child_key(env, base)
     todo = list(todo)
     starts = 0  # children whose plugin client never came up (not any job's fault)
     while todo:
-        jobs_path = os.path.join(run_dir, f"jobs-{todo[0]}.json")
-        with open(jobs_path, "w") as f:
-            json.dump([specs[k] for k in todo], f)
-        out_path, log_path = jobs_path + ".out", jobs_path + ".log"
+        child = _take(key)
+        reused = child is not None
+        if child is None:
+            child, why = _start(env, base, per_job, len(todo))
+            if child is None:
+                # the client died starting (seen when another run unpacks the plugin's assets at
+                # the same time): once more, then every job left fails as unchecked, none as rejected
+                starts += 1
+                if starts < 2:
+                    continue
+                for k in todo:
+                    results[k] = {"name": specs[k]["name"], "compiled": False, "seconds": 0.0,
+                                  "error": f"{STARTUP_ERROR}: {why or 'no result'}"}
+                return
+        log_from = os.path.getsize(child.log_path)
+        # as a fresh child's always was: START_S + per_job for each job from its start; a kept
+        # child's client is up: per_job for each job from now
+        deadline = (time.monotonic() if reused else child.started + START_S) + per_job * len(todo)
         crashed = None
-        with open(out_path, "w") as out, open(log_path, "w") as log:
-            p = subprocess.Popen(_child_command(jobs_path), env=env,
-                                 stdout=out, stderr=log, stdin=subprocess.DEVNULL, cwd=run_dir)
-            deadline = time.monotonic() + 30 + per_job * len(todo)
-            while p.poll() is None:
-                if started is not None and not started.is_set() and os.path.getsize(out_path) > 0:
-                    started.set()
-                if time.monotonic() > deadline:
-                    p.kill()
-                    p.wait()
+        done = 0
+        if child.send([specs[k] for k in todo]):
+            while True:
+                r = child.next(deadline)
+                if r == "timeout":
+                    child.kill()
                     crashed = f"tt-mlir did not finish within {per_job:.0f} s ({TIMEOUT_ENV} sets the limit)"
                     break
-                time.sleep(0.05)
-            if started is not None:
-                started.set()
-            if crashed is None and p.returncode != 0:
-                crashed = _death(p.returncode, log_path)
-        with open(out_path) as f:
-            records = [json.loads(line) for line in f if line.strip().startswith("{")]
-        done = [r for r in records if "ready" not in r]
-        for k, r in zip(todo, done):
-            results[k] = r
-        todo = todo[len(done):]
-        if todo and not any("ready" in r for r in records):
-            # the client died starting (seen when another run unpacks the plugin's assets at
-            # the same time): once more, then every job left fails as unchecked, none as rejected
-            starts += 1
-            if starts < 2:
-                continue
-            for k in todo:
-                results[k] = {"name": specs[k]["name"], "compiled": False, "seconds": 0.0,
-                              "error": f"{STARTUP_ERROR}: {crashed or 'no result'}"}
+                if r is None or r.get("done"):
+                    break
+                if "name" in r and done < len(todo):
+                    results[todo[done]] = r
+                    done += 1
+        else:
+            r = None
+        if isinstance(r, dict) and r.get("done") and done == len(todo):
+            _give_back(child)
             return
-        if todo:  # the job in progress killed the child
-            results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
-                                "error": crashed or "the compiler process ended without a result"}
-            todo = todo[1:]
+        if crashed is None:
+            if child.proc.poll() is None:  # a batch that ended short, the child still up: not to be trusted
+                child.kill()
+            crashed = _death(child.proc.wait(), child.log_path, log_from)
+        child.close()
+        todo = todo[done:]
+        if not todo:  # it ended after its last result
+            return
+        if reused and not done and not crashed.startswith("tt-mlir did not finish"):
+            continue  # a kept child found dead before its first result: maybe not this job's doing, a new one tries it
+        # the job in progress killed the child
+        results[todo[0]] = {"name": specs[todo[0]]["name"], "compiled": False, "seconds": 0.0,
+                            "error": crashed or "the compiler process ended without a result"}
+        todo = todo[1:]
 
 
-def _death(code: int, log_path: str) -> str:
+def _death(code: int, log_path: str, offset: int = 0) -> str:
+    """What ended a child, in words: its signal or exit status and the last error line
+    of its log from ``offset`` (the start of the batch it died in)."""
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
     last = ""
     try:
         with open(log_path, errors="replace") as f:
+            f.seek(offset)
             lines = [ln.strip() for ln in f if ln.strip() and "INFO|" not in ln]
         last = next((ln for ln in reversed(lines) if "error" in ln.lower() or "fatal" in ln.lower()),
                     lines[-1] if lines else "")
