@@ -400,7 +400,8 @@ def test_a_numerics_child_that_dies_is_said_with_its_last_line(monkeypatch):
 # "program" it runs replicated on every device.
 SMALL_DOT = """module {
   func.func @main(%x: tensor<8x16xf32>, %w: tensor<16x4xf32>) -> tensor<8x4xf32> {
-    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+        : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
     return %0 : tensor<8x4xf32>
   }
 }

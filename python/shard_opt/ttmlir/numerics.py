@@ -58,7 +58,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-TIMEOUT_ENV = "SHARD_OPT_NUMERICS_TIMEOUT"  # seconds for the whole child (default 900): a last line of defence
+TIMEOUT_ENV = "SHARD_OPT_NUMERICS_TIMEOUT"  # seconds for one Session.run (default 900): a last line of defence
 MEMORY_ENV = "SHARD_OPT_NUMERICS_GB"  # the memory a run may take (default DEFAULT_GB)
 
 COVERS = ("tt-mlir's partitioning (its Shardy propagation, StableHLO passes and collectives), "
