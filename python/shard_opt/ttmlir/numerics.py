@@ -415,7 +415,11 @@ def memory_budget() -> int:
 
 
 KEEP = 2  # numerics children kept for later Sessions (the most recently used)
-_NOT_THE_CHILDS = ("PYTEST_CURRENT_TEST",)  # environment the child never reads: not part of its key
+
+
+# Environment the child never reads, so not part of its key: the deadline and the memory budget
+# (read here: Session.run, memory_budget) and pytest's name of the running test.
+_NOT_THE_CHILDS = (TIMEOUT_ENV, MEMORY_ENV, "PYTEST_CURRENT_TEST")
 
 
 class _Child:
