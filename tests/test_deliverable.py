@@ -463,7 +463,6 @@ def test_sessions_of_one_device_count_share_a_child_and_answer_as_a_fresh_child_
         killed = s.run(programs, first_pass=False)
         assert not s.reused and s.pid != first
     assert same(killed) == same(fresh)
-    num.end_kept()
 
 
 def test_a_kept_child_ends_when_its_parent_does(tmp_path):

@@ -418,8 +418,10 @@ KEEP = 2  # numerics children kept for later Sessions (the most recently used)
 
 
 # Environment the child never reads, so not part of its key: the deadline and the memory budget
-# (read here: Session.run, memory_budget) and pytest's name of the running test.
-_NOT_THE_CHILDS = (TIMEOUT_ENV, MEMORY_ENV, "PYTEST_CURRENT_TEST")
+# (read here: Session.run, memory_budget), the cache directory torch sets for itself in this
+# process once a frontend has run (the child never imports torch) and pytest's name of the
+# running test.
+_NOT_THE_CHILDS = (TIMEOUT_ENV, MEMORY_ENV, "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST")
 
 
 class _Child:
