@@ -374,8 +374,10 @@ def test_a_numerics_run_that_hangs_is_ended_by_its_deadline_and_said(monkeypatch
     with num.Session("module {}", 8) as session:
         (r,) = session.run([("p", "module {}")])
         again = session.run([("q", "module {}")])
+        pid = session.pid
     assert r.status == "not run" and "did not end within 1 s" in r.why and num.TIMEOUT_ENV in r.why
     assert again[0].status == "not run"  # the session is over: later programs are said so too
+    assert pid not in num.kept_pids()  # a killed child is never reused
 
 
 def test_a_numerics_child_that_dies_is_said_with_its_last_line(monkeypatch):
@@ -385,7 +387,99 @@ def test_a_numerics_child_that_dies_is_said_with_its_last_line(monkeypatch):
         sys.executable, "-c", "import sys; sys.stdin.readline(); sys.stderr.write('MemoryError: no room\\n'); sys.exit(1)"])
     with num.Session("module {}", 8) as session:
         (r,) = session.run([("p", "module {}")])
+        pid = session.pid
     assert r.status == "not run" and "exited 1" in r.why and "MemoryError: no room" in r.why
+    assert pid not in num.kept_pids()
+
+
+# ---------------------------------------------------------------------------------
+# One numerics child for the Sessions of one device count in a process
+# ---------------------------------------------------------------------------------
+
+# Another reference, of other shapes than the MLP's (other inputs, another answer); as its own
+# "program" it runs replicated on every device.
+SMALL_DOT = """module {
+  func.func @main(%x: tensor<8x16xf32>, %w: tensor<16x4xf32>) -> tensor<8x4xf32> {
+    %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0]
+        : (tensor<8x16xf32>, tensor<16x4xf32>) -> tensor<8x4xf32>
+    return %0 : tensor<8x4xf32>
+  }
+}
+"""
+
+
+def _zombie_or_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _wait_ended(pid: int) -> None:
+    """Until ``pid`` has ended (CHILD_CEILING_S only ends a test that would otherwise hang)."""
+    import time
+
+    from conftest import CHILD_CEILING_S
+
+    t0 = time.monotonic()
+    while not _zombie_or_gone(pid):
+        assert time.monotonic() - t0 < CHILD_CEILING_S, f"process {pid} did not end"
+        time.sleep(0.05)
+
+
+@needs_plugin
+def test_sessions_of_one_device_count_share_a_child_and_answer_as_a_fresh_child_does(megatron):
+    """The second and third Sessions use the first one's child (no jax import, no XLA start);
+    the megatron plan checked after another reference gives the Numerics a fresh child gave
+    (same inputs: same scale, same errors to the last bit). A child killed while kept is not
+    reused: the next Session starts another and answers the same."""
+    import signal
+
+    text, dump = megatron
+    programs = [("megatron", dump), ("cut", _without_all_reduce(dump))]
+
+    def same(results):  # all but the time taken
+        return [dataclasses.replace(r, seconds=0.0) for r in results]
+
+    num.end_kept()
+    with num.Session(text, 8) as s:
+        fresh, first = s.run(programs, first_pass=False), s.pid
+        assert not s.reused
+    assert num.kept_pids() == [first] and not _zombie_or_gone(first)  # close kept it alive
+    assert not os.path.exists(s.dir)  # and removed the Session's files
+    with num.Session(SMALL_DOT, 8) as s:
+        (other,) = s.run([("small", SMALL_DOT)])
+        assert s.reused and s.pid == first
+    assert other.status == "passed" and other.scale != fresh[0].scale, other  # its own inputs, not the MLP's
+    with num.Session(text, 8) as s:
+        again = s.run(programs, first_pass=False)
+        assert s.reused and s.pid == first
+    assert [r.status for r in fresh] == ["passed", "failed"]
+    assert same(again) == same(fresh)
+    os.kill(first, signal.SIGKILL)
+    _wait_ended(first)
+    with num.Session(text, 8) as s:
+        killed = s.run(programs, first_pass=False)
+        assert not s.reused and s.pid != first
+    assert same(killed) == same(fresh)
+
+
+def test_a_kept_child_ends_when_its_parent_does(tmp_path):
+    """A parent that ends without its atexit handlers (killed) closes the kept child's stdin:
+    the child ends on that EOF instead of outliving it."""
+    import subprocess
+    import sys
+
+    from conftest import CHILD_CEILING_S
+
+    script = ("import os, sys\nfrom shard_opt.ttmlir import numerics as num\n"
+              "s = num.Session(sys.argv[1], 8)\npid = s.pid\ns.close()\n"
+              "assert num.kept_pids() == [pid]\nprint(pid, flush=True)\nos._exit(0)\n")
+    r = subprocess.run([sys.executable, "-c", script, SMALL_DOT], capture_output=True, text=True,
+                       timeout=CHILD_CEILING_S)
+    assert r.returncode == 0, r.stderr[-2000:]
+    _wait_ended(int(r.stdout.split()[-1]))
 
 
 # ---------------------------------------------------------------------------------

@@ -244,7 +244,7 @@ class _Run:
         self.evaluator = Evaluator(model, mesh, system, cm, **setting)  # one prepared module for every plan
         self.devices = math.prod(mesh.shape)
         self._target = None
-        self.session = None  # numerics.Session: the inputs and the unsharded run, made once
+        self.session = None  # numerics.Session: the inputs and the unsharded run, made once (its child is kept)
 
     def __enter__(self):
         return self

@@ -37,12 +37,16 @@ partial sums are reduced, which slices are taken). What it does not cover: the T
 TTNN lowering, TTNN's kernels and the runtime (nothing runs on a device here).
 
 The runs happen in a child process (``Session``): XLA's CPU client holds every device's
-buffers, and a child's memory is returned when it ends; the inputs and the unsharded run
-are made once for all the plans of one check.
+buffers, out of the parent's memory. The inputs and the unsharded run are made once for all
+the plans of one check and dropped when its Session closes; the child itself is kept for the
+next Session with the same device count in this process (``KEEP`` of them at most), which
+then skips importing jax and starting XLA's client. The inputs depend only on the reference
+(seed 0), never on what the child ran before.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -50,10 +54,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 
-TIMEOUT_ENV = "SHARD_OPT_NUMERICS_TIMEOUT"  # seconds for the whole child (default 900): a last line of defence
+TIMEOUT_ENV = "SHARD_OPT_NUMERICS_TIMEOUT"  # seconds for one Session.run (default 900): a last line of defence
 MEMORY_ENV = "SHARD_OPT_NUMERICS_GB"  # the memory a run may take (default DEFAULT_GB)
 
 COVERS = ("tt-mlir's partitioning (its Shardy propagation, StableHLO passes and collectives), "
@@ -409,12 +414,133 @@ def memory_budget() -> int:
         return int(DEFAULT_GB * 2**30)
 
 
+KEEP = 2  # numerics children kept for later Sessions (the most recently used)
+
+
+# Environment the child never reads, so not part of its key: the deadline and the memory budget
+# (read here: Session.run, memory_budget), the cache directory torch sets for itself in this
+# process once a frontend has run (the child never imports torch) and pytest's name of the
+# running test.
+_NOT_THE_CHILDS = (TIMEOUT_ENV, MEMORY_ENV, "TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST")
+
+
+class _Child:
+    """One numerics child process (``python -m shard_opt.ttmlir.numerics --serve DEVICES``),
+    its stderr log and a thread reading its stdout lines (select() on a buffered pipe would
+    miss the lines its buffer already holds)."""
+
+    def __init__(self, command: list[str], env: dict):
+        import queue
+
+        self.dir = tempfile.mkdtemp(prefix="shard-opt-numerics-child-")
+        self.log_path = os.path.join(self.dir, "log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, text=True, bufsize=1)
+        self.idle = True  # no job's answer outstanding: a later Session may use it
+        self.lines: queue.Queue = queue.Queue()
+
+        def read(out=self.proc.stdout, lines=self.lines):
+            for line in out:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, message: dict) -> None:
+        """One JSON line to the child; ``OSError`` when it has gone."""
+        self.proc.stdin.write(json.dumps(message) + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+    def end(self) -> None:
+        """End it (EOF on its stdin; killed if it does not end within 30 s) and remove its files."""
+        import shutil
+
+        if self.alive:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        else:
+            try:
+                self.proc.stdin.close()
+            except OSError:  # unwritten bytes to a child that has gone
+                pass
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# The children kept between Sessions, by key (command and environment: XLA's host device count
+# is fixed when a child starts), least recently used first. A child here is idle, alive when
+# put here and holds no reference (its inputs and unsharded run were dropped); a Session takes
+# it out while it uses it, so no two Sessions share one.
+_kept: dict[tuple, _Child] = {}
+_kept_lock = threading.Lock()
+
+
+def _take(key: tuple) -> _Child | None:
+    with _kept_lock:
+        child = _kept.pop(key, None)
+    if child is not None and not child.alive:  # it died while kept (killed from outside): never reused
+        child.end()
+        return None
+    return child
+
+
+def _keep(key: tuple, child: _Child) -> None:
+    with _kept_lock:
+        old = _kept.pop(key, None)  # two Sessions of one key at once: the later is kept
+        gone = [old] if old is not None else []
+        _kept[key] = child
+        while len(_kept) > KEEP:
+            gone.append(_kept.pop(next(iter(_kept))))
+    for c in gone:
+        c.end()
+
+
+def end_kept() -> None:
+    """End every kept child (atexit; a test that needs a fresh child)."""
+    with _kept_lock:
+        gone = list(_kept.values())
+        _kept.clear()
+    for c in gone:
+        c.end()
+
+
+def kept_pids() -> list[int]:
+    """The process ids of the kept children, least recently used first."""
+    with _kept_lock:
+        return [c.proc.pid for c in _kept.values()]
+
+
+atexit.register(end_kept)
+
+
 class Session:
-    """A child process that runs tt-mlir's programs against one unsharded module: the inputs
-    and the unsharded run are made once (the first ``run``) and serve every program it is
-    given, call after call. ``python -m shard_opt.ttmlir.numerics --serve REFERENCE DEVICES
-    MODULE``: one JSON job per line on its stdin, one JSON result per program and a
-    ``{"done": true}`` line per job on its stdout."""
+    """Runs tt-mlir's programs against one unsharded module (``reference``) in a numerics
+    child: the inputs and the unsharded run are made once (the first ``run``) and serve
+    every program it is given, call after call.
+
+    The child, ``python -m shard_opt.ttmlir.numerics --serve DEVICES``, outlives the Session:
+    ``close`` keeps a healthy idle child (at most ``KEEP``, the most recently used, keyed by
+    its command and environment, which fix XLA's device count) and a later Session of the
+    same key in this process sends it its reference instead of starting a process (importing
+    jax and starting XLA's CPU client, seconds). A child that died, was killed by the deadline
+    or was left mid-job is never reused. A kept child drops its reference's state when its
+    Session closes, ends on EOF on its stdin (this process ending, however it ends) and is
+    ended atexit. On its stdin, one JSON message a line: ``{"reference": PATH, "module":
+    WORDS}`` (a new reference: the state of the previous one is dropped; ``null``: none), or a
+    job ``{"programs": [...], "first_pass": bool}``; on its stdout, one JSON result per program
+    and a ``{"done": true}`` line per job."""
 
     def __init__(self, reference: str, devices: int, *, module: str = "the whole model"):
         self.devices, self.module = devices, module
@@ -425,24 +551,29 @@ class Session:
             f.write(reference)
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
                "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
-        self.log_path = os.path.join(self.dir, "log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(_serve_command(ref_path, devices, module), env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1)
+        command = _serve_command(devices)
+        self.key = (tuple(command), tuple(sorted((k, v) for k, v in env.items() if k not in _NOT_THE_CHILDS)))
         self.ended: str | None = None
-        # the child's lines, read by a thread (select() on a buffered pipe would miss the
-        # lines its buffer already holds)
-        import queue
-        import threading
+        self.child = _take(self.key)
+        self.reused = self.child is not None
+        while True:
+            if self.child is None:
+                self.child = _Child(command, env)
+            self.log_start = os.path.getsize(self.child.log_path)  # what this Session's child said, from here
+            try:
+                self.child.send({"reference": ref_path, "module": module})
+                break
+            except OSError:
+                if not self.reused:
+                    self.ended = self._gone()
+                    break
+                self.child.end()  # a kept child that went since it was taken: a fresh one
+                self.child, self.reused = None, False
 
-        self.lines: queue.Queue = queue.Queue()
-
-        def read(out=self.proc.stdout, lines=self.lines):
-            for line in out:
-                lines.put(line)
-            lines.put(None)
-
-        threading.Thread(target=read, daemon=True).start()
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self.child.proc.pid
 
     def run(self, programs: list[tuple[str, str]], *, first_pass: bool = True, on_result=None) -> list[Numerics]:
         """One ``Numerics`` per ``(name, shlo_compiler dump)``, in order; with ``first_pass``
@@ -458,20 +589,20 @@ class Session:
             jobs.append({"name": name, "dump": p})
         self.jobs += 1
         done: list[Numerics] = []
+        child = self.child
         if self.ended is None:
+            child.idle = False
             try:
-                self.proc.stdin.write(json.dumps({"programs": jobs, "first_pass": first_pass}) + "\n")
-                self.proc.stdin.flush()
+                child.send({"programs": jobs, "first_pass": first_pass})
             except OSError:
                 self.ended = self._gone()
         limit = float(os.environ.get(TIMEOUT_ENV, "900"))
         deadline = time.monotonic() + limit
         while self.ended is None:
             try:
-                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                line = child.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                self.proc.kill()
-                self.proc.wait()
+                child.kill()
                 self.ended = f"the XLA run did not end within {limit:g} s ({TIMEOUT_ENV}); killed"
                 break
             if line is None:  # the child's stdout closed: it ended
@@ -479,6 +610,7 @@ class Session:
                 break
             msg = json.loads(line)
             if msg.get("done"):
+                child.idle = True
                 break
             r = Numerics.from_json(msg)
             done.append(r)
@@ -493,21 +625,24 @@ class Session:
         return out
 
     def _gone(self) -> str:
-        self.proc.wait()
-        self.log.flush()
-        return _death(self.proc.returncode, self.log_path)
+        self.child.proc.wait()
+        return _death(self.child.proc.returncode, self.child.log_path, self.log_start)
 
     def close(self) -> None:
+        """Remove this Session's files; keep its child for a later Session when it is alive
+        and idle (told to drop this reference's state), else end it."""
         import shutil
 
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        child, self.child = self.child, None
+        if child is not None:
+            if self.ended is None and child.idle and child.alive:
+                try:
+                    child.send({"reference": None})
+                    _keep(self.key, child)
+                except OSError:
+                    child.end()
+            else:
+                child.end()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
@@ -520,8 +655,8 @@ class Session:
 NOT_NEEDED = "an earlier plan passed; not needed"
 
 
-def _serve_command(reference_path: str, devices: int, module: str) -> list[str]:
-    return [sys.executable, "-m", "shard_opt.ttmlir.numerics", "--serve", reference_path, str(devices), module]
+def _serve_command(devices: int) -> list[str]:
+    return [sys.executable, "-m", "shard_opt.ttmlir.numerics", "--serve", str(devices)]
 
 
 def run(reference: str, programs: list[tuple[str, str]], devices: int, *, module: str = "the whole model",
@@ -533,12 +668,15 @@ def run(reference: str, programs: list[tuple[str, str]], devices: int, *, module
         return session.run(programs, first_pass=first_pass)
 
 
-def _death(code: int, log_path: str) -> str:
+def _death(code: int, log_path: str, start: int = 0) -> str:
+    """The child's end in words: its exit code or signal and the last line it wrote to its
+    log from ``start`` (a kept child's log holds what it said for earlier Sessions too)."""
     how = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     if code == -9:
         how += " (out of memory?)"
     try:
         with open(log_path, errors="replace") as f:
+            f.seek(start)
             lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith("I1")]
     except OSError:
         lines = []
@@ -560,20 +698,28 @@ def _scale(ref) -> float:
 
 
 def main(argv: list[str]) -> int:
-    """``--serve REFERENCE DEVICES MODULE``: the child of a ``Session``."""
-    if argv[:1] != ["--serve"]:
-        sys.stderr.write("usage: python -m shard_opt.ttmlir.numerics --serve REFERENCE DEVICES MODULE\n")
+    """``--serve DEVICES``: the child of a ``Session`` (its messages: ``Session``)."""
+    if argv[:1] != ["--serve"] or len(argv) != 2:
+        sys.stderr.write("usage: python -m shard_opt.ttmlir.numerics --serve DEVICES\n")
         return 2
-    with open(argv[1]) as f:
-        reference = f.read()
-    devices, module = int(argv[2]), argv[3]
-    state = None
+    import gc
+
+    devices = int(argv[1])
+    reference, state = None, None
     for line in sys.stdin:
         if not line.strip():
             continue
         job = json.loads(line)
+        if "reference" in job:  # a new Session: the previous reference's inputs and run go
+            reference, state = job["reference"] and (job["reference"], job["module"]), None
+            gc.collect()
+            continue
+        if reference is None:
+            sys.stderr.write("numerics child: a job before its reference\n")
+            return 2
         if state is None:
-            state = _Reference(reference, devices, module)
+            with open(reference[0]) as f:
+                state = _Reference(f.read(), devices, reference[1])
         for prog in job["programs"]:
             with open(prog["dump"]) as f:
                 result = state.check(f.read())
