@@ -68,3 +68,30 @@ def test_memory_fallback_is_loud(capsys):
     assert "took the fastest plan that fits" in plan["memory_fallback_reason"]
     assert plan["cost"]["fits"] and plan["cost"]["memory_per_device_bytes"] < need
     assert plan["cost"]["total_us"] >= fast["cost"]["total_us"]
+
+
+def test_a_screened_enumeration_scores_only_the_screens_best_and_keeps_the_full_choice(model):
+    """``search(..., screen_top=k)`` (the one-axis baseline's): every plan of the space is
+    ranked on the 1-layer copy, only the k best are scored on both copies, and the plan
+    chosen is the whole enumeration's."""
+    import math
+
+    from shard_opt.baselines import autoshard_groups
+    from shard_opt.search import search
+
+    mesh = Mesh.parse("2x4")
+    system = costmodel.get_system("wh-loudbox")
+    h = costmodel.get_cost_model("autoshard-heuristic")
+    groups = autoshard_groups(model, mesh)[:3]
+    space = math.prod(len(g.options) for g in groups)
+    assert space > 8
+
+    def run(**kw):
+        return search(model, [mesh], system, h, parallelism=set(PARALLELISM), groups=groups,
+                      scorer=make_scorer(model, mesh, system, h), exhaustive_limit=1500, exhaustive_ops=None, **kw)
+
+    full, screened = run(), run(screen_top=4)
+    assert len(full.scored) == space and len(screened.scored) == 4
+    assert screened.candidates_evaluated == full.candidates_evaluated == space
+    assert screened.assignment == full.assignment
+    assert screened.score == full.score

@@ -84,7 +84,8 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
            parallelism: set[str], groups: list[Group] | None = None, scorer=None,
            seeds: list[tuple[int, ...]] = (), progress: Progress | None = None, rich: bool = True,
            exhaustive_limit: int = EXHAUSTIVE_LIMIT, exhaustive_ops: int | None = EXHAUSTIVE_OPS,
-           sites: list[Group] = (), site_starts: int = SITE_STARTS, objective=Score.key) -> SearchResult:
+           sites: list[Group] = (), site_starts: int = SITE_STARTS, objective=Score.key,
+           screen_top: int | None = None) -> SearchResult:
     """Search the plan space of ``model`` on ``meshes`` (scored on ``meshes[0]``).
 
     The argument space is enumerated when it has at most ``exhaustive_limit`` candidates
@@ -102,7 +103,12 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
     groups, so a later start can end on a better argument plan with no constraint.
 
     ``objective`` orders scores (``Score.key``: time first; ``fit_first`` for the memory
-    fallback)."""
+    fallback).
+
+    ``screen_top``: an enumerated space of a deep model is first ranked on the scorer's
+    1-layer copy alone (``screen_many``, one Shardy run each instead of two), and only its
+    ``screen_top`` best are scored in full; the best of those wins (the one-axis baseline,
+    ``driver._baselines``)."""
     t0 = time.monotonic()
     conv = conv_weight_indices(model)
     if groups is None:
@@ -125,6 +131,10 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         exhaustive = space * scorer.ops_each <= exhaustive_ops
     if exhaustive:
         every = list(itertools.product(*[range(n) for n in sizes]))
+        if screen_top is not None and len(every) > screen_top and hasattr(scorer, "screen_many"):
+            proxy = dict(zip(every, scorer.screen_many(groups, every)))
+            screened.update(every)
+            every = sorted(every, key=lambda a: (objective(proxy[a]), a))[:screen_top]
         best = None
         for i in range(0, len(every), 256):
             score_all(every[i:i + 256])
