@@ -128,6 +128,20 @@ def test_a_dump_xla_cannot_run_is_said_in_words_not_raised():
         num.runnable("module { this is not mlir }")
 
 
+def test_ttcore_attributes_go_from_every_function_not_only_main():
+    """tt-mlir puts ``ttcore.*`` on the arguments of its composites' private functions too
+    (an SDPA's ``.impl``): a replicated T5 plan's program did not parse once made XLA's,
+    and its numerics were never run."""
+    ty = "tensor<2x2xf32>"
+    attrs = "{ttcore.argument_type = #ttcore.argument_type<input>}"
+    text = (f"module {{\n  func.func @main(%a: {ty} {attrs}) -> ({ty} {attrs}) {{\n"
+            f"    %0 = call @impl(%a) : ({ty}) -> {ty}\n    return %0 : {ty}\n  }}\n"
+            f"  func.func private @impl(%b: {ty} {attrs}) -> ({ty} {attrs}) {{\n"
+            f"    %0 = stablehlo.add %b, %b : {ty}\n    return %0 : {ty}\n  }}\n}}\n")
+    made = num.runnable(text)
+    assert "ttcore" not in made and "@impl" in made
+
+
 def _sdpa_reference(q, k, v, mask, scale, causal):
     g = q.shape[1] // k.shape[1]
     k, v = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)

@@ -8,7 +8,8 @@ and tt-mlir's own explicit collectives. XLA on virtual CPU devices runs it
 (``references/ttmlir_offline.md``, "tt-mlir's partitioned program can be run"), once the
 module is made XLA's (``runnable``):
 
-- the ``ttcore.*`` argument attributes go (jaxlib's parser does not know that dialect);
+- the ``ttcore.*`` argument and result attributes go, of every function (jaxlib's parser
+  does not know that dialect);
 - each argument takes the sharding the manual computation's ``in_shardings`` give it (and
   each result its ``out_shardings``), so XLA hands every device the slice tt-mlir's
   program expects;
@@ -163,10 +164,17 @@ def runnable(dump: str) -> str:
                 for k, res in enumerate(mc.results):
                     if v == res:
                         res_sh[r] = outs[k]
-        for key, sh in (("arg_attrs", arg_sh), ("res_attrs", res_sh)):
-            if key in func.attributes:
-                func.attributes[key] = _ir.ArrayAttr.get([_cleaned(a, sh.get(i)) for i, a in
-                                                         enumerate(func.attributes[key])])
+        # every function's argument and result attributes lose ``ttcore.*`` (tt-mlir puts them
+        # on the private functions of its composites too, e.g. an SDPA's ``.impl``); @main's
+        # take the manual computation's shardings
+        for f in module.body.operations:
+            if f.operation.name != "func.func":
+                continue
+            shardings = (arg_sh, res_sh) if f.operation == func.operation else ({}, {})
+            for key, sh in zip(("arg_attrs", "res_attrs"), shardings):
+                if key in f.operation.attributes:
+                    f.operation.attributes[key] = _ir.ArrayAttr.get(
+                        [_cleaned(a, sh.get(i)) for i, a in enumerate(f.operation.attributes[key])])
         for op in list(ir.walk_ops(func)):
             o = op.operation
             if o.name in _CHANNEL_COLLECTIVES and "channel_handle" in o.attributes:
