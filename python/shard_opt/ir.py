@@ -108,8 +108,10 @@ class _MarkAfterExec:
         return getattr(self.loader, attr)
 
 
+@functools.cache
 def ir():
-    """The ``jaxlib.mlir.ir`` module."""
+    """The ``jaxlib.mlir.ir`` module (imported on the first call; the facts of a search ask a
+    million times, and an import statement costs a lookup under the import lock each)."""
     from jaxlib.mlir import ir as _ir
 
     return _ir

@@ -131,7 +131,7 @@ def search(model: LoweredModel, meshes: list[Mesh], system, cost_model, *,
         exhaustive = space * scorer.ops_each <= exhaustive_ops
     if exhaustive:
         every = list(itertools.product(*[range(n) for n in sizes]))
-        if screen_top is not None and len(every) > screen_top and hasattr(scorer, "screen_many"):
+        if screen_top is not None and len(every) > screen_top:
             proxy = dict(zip(every, scorer.screen_many(groups, every)))
             screened.update(every)
             every = sorted(every, key=lambda a: (objective(proxy[a]), a))[:screen_top]
