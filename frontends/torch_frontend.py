@@ -51,7 +51,8 @@ from torch import nn
 
 from shard_opt.errors import UserError
 from shard_opt.frontends.torch_trace import (
-    TORCH_TO_MLIR, TorchProgram, _first_line, find_repeated_blocks, stdout_to_stderr, torch_dtype, trace_program,
+    TORCH_TO_MLIR, TorchProgram, _first_line, find_repeated_blocks, lean_tracing, stdout_to_stderr, torch_dtype,
+    trace_program,
 )
 from shard_opt.lowered import Argument, LoweredModel, scored_whole
 
@@ -233,13 +234,14 @@ def lower_program(prog: TorchProgram, *, name: str, dtype: str = "bf16", where: 
     model.eval()
     cast_model(model, tdt)
 
-    tr, flops = trace_program(prog, where=where, dtype=tdt, count_flops=describe)
+    with lean_tracing():
+        tr, flops = trace_program(prog, where=where, dtype=tdt, count_flops=describe)
 
     fired: set = set()
     table = dict(get_decomposition_table())
     table.update(rewrites.decompositions(fired))
     t0 = time.perf_counter()
-    with _capture_stderr() as err:
+    with _capture_stderr() as err, lean_tracing():
         try:
             module = fx.export_and_import(tr.ep, output_type=OutputType.STABLEHLO, func_name="main",
                                           decomposition_table=table)

@@ -115,6 +115,37 @@ def find_repeated_blocks(model: nn.Module) -> tuple[str, nn.ModuleList] | None:
 # Export
 # ---------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def lean_tracing():
+    """torch.export and its decompositions without two costs the lowering never reads
+    (the StableHLO text is printed without locations):
+
+    - each FX node's Python stack trace (``torch.fx.config.do_not_emit_stack_traces``:
+      "avoids the cost of CapturedTraceback.extract() and symbolization for every FX node");
+    - the Python source of every intermediate ``GraphModule``, generated and compiled at
+      each ``recompile`` (``torch.fx._lazy_graph_module``: made on a module's first call).
+
+    The module text is byte-identical either way (every fixture script and example,
+    ``tests/test_frontends.py``); a lowering takes 10-30% less CPU (benchmarks/results.md).
+    Both are restored on exit; torch's private lazy module is the one import here that is
+    not public API, and is skipped if a torch without it is installed."""
+    import torch.fx
+
+    try:
+        from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    except ImportError:  # not in this torch: every GraphModule compiles its code at once
+        lazy = contextlib.nullcontext()
+    else:
+        lazy = _use_lazy_graph_module(True)
+    saved = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = True
+    try:
+        with lazy:
+            yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = saved
+
+
 class _Adapter(nn.Module):
     """Holds the model under ``m`` and calls ``forward(model, ...)`` or the model itself."""
 

@@ -243,6 +243,38 @@ def test_load_script_decode_phase():
     assert lm.meta["phase"] == "decode"
 
 
+def test_lean_tracing_lowers_to_the_same_text_and_restores_torch(tmp_path, monkeypatch):
+    """The lowering without FX stack traces and with lazily compiled GraphModules
+    (``torch_trace.lean_tracing``) is byte-identical to the plain one (the harness over every
+    fixture script: benchmarks/lean_tracing.py), and torch's setting is back after it, also
+    when the traced code raises."""
+    import contextlib
+    import shutil
+
+    import torch.fx
+
+    from shard_opt.frontends import torch_frontend as tf
+    from shard_opt.frontends.torch_trace import lean_tracing
+
+    src = os.path.join(ROOT, "tests", "fixtures", "scripts", "tiny_mixtral.py")
+    texts = {}
+    for how in ("lean", "plain"):  # a copy each: the suite's memo keys a lowering by its script's path
+        os.makedirs(tmp_path / how)
+        path = shutil.copy(src, str(tmp_path / how / "tiny_mixtral.py"))
+        if how == "plain":
+            monkeypatch.setattr(tf, "lean_tracing", contextlib.nullcontext)
+        texts[how] = load(path).text
+    assert "stablehlo.dot_general" in texts["lean"] and texts["lean"] == texts["plain"]
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    with lean_tracing():
+        assert torch.fx.config.do_not_emit_stack_traces is True
+    assert torch.fx.config.do_not_emit_stack_traces == before
+    with pytest.raises(RuntimeError), lean_tracing():
+        raise RuntimeError("the model's forward failed")
+    assert torch.fx.config.do_not_emit_stack_traces == before
+
+
 def test_script_that_raises_names_script_and_exception(tmp_path):
     path = write(tmp_path, "broken.py", """
         def load_model():
