@@ -125,8 +125,10 @@ def lean_tracing():
     - the Python source of every intermediate ``GraphModule``, generated and compiled at
       each ``recompile`` (``torch.fx._lazy_graph_module``: made on a module's first call).
 
-    The module text is byte-identical either way (every fixture script and example,
-    ``tests/test_frontends.py``); a lowering takes 10-30% less CPU (benchmarks/results.md).
+    The module text is byte-identical either way (every fixture script and example load
+    script: ``benchmarks/lean_tracing.py``; one of them in ``tests/test_frontends.py``); the
+    26 lowerings took 13% less CPU, 27.0 -> 23.5 s (per script 0.63-1.09: noisy;
+    benchmarks/results.md).
     Both are restored on exit; torch's private lazy module is the one import here that is
     not public API, and is skipped if a torch without it is installed."""
     import torch.fx

@@ -175,8 +175,6 @@ def _compile(jobs: list[Job], base: str, desc: str) -> list[Compiled]:
         if n_children == 1:
             _run_children(shares[0], specs, env, base, per_job, results)
         else:
-            import threading
-
             threads = [threading.Thread(target=_run_children, args=(share, specs, env, base, per_job, results))
                        for share in shares]
             for t in threads:
