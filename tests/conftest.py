@@ -199,11 +199,13 @@ def one_lowering_per_script():
     files no key sees; in a test run the fixture scripts do not change). The key holds the
     script's path and bytes, the arguments, and the bytes of a ``spec`` file; a script that
     fails is not kept (it fails again). Each call returns its own copy (its own ``meta``,
-    ``arguments`` list and short copies), free to edit, as a fresh lowering would be."""
+    ``arguments`` list and short copies), free to edit, as a fresh lowering would be. A
+    JSON spec file is not in the key (the lowering without it, its entry in ``meta``)."""
     import copy
     import dataclasses
     import hashlib
 
+    from shard_opt.frontends import shard_spec
     from shard_opt.frontends import torch_frontend as tf
 
     real = tf.load_script
@@ -218,18 +220,27 @@ def one_lowering_per_script():
 
     def load_script(path, **kw):
         spec = kw.get("spec")
-        key = (os.path.abspath(path), digest(path), digest(spec) if spec else None,
-               tuple(sorted((k, v) for k, v in kw.items() if k != "spec")))
+        # a JSON spec file is data, read without the model: the script lowers as it does
+        # without one and the file's entry takes the loader's place in ``meta`` (as
+        # load_script puts it there), so every JSON spec shares one lowering
+        json_spec = spec is not None and str(spec).endswith(".json")
+        lowered_with = {**kw, "spec": None} if json_spec else kw
+        key = (os.path.abspath(path), digest(path), digest(spec) if spec and not json_spec else None,
+               tuple(sorted((k, v) for k, v in lowered_with.items() if k != "spec")))
         if key[1] is None:
             return real(path, **kw)
+        entry = shard_spec.load_spec_file(spec) if json_spec else None  # a bad file: load_script's error
         if key not in memo:
             # kept without its re-lowering closure (``_fresh`` gives each copy this fixture's)
             def lower():
-                model = real(path, **kw)
+                model = real(path, **lowered_with)
                 return dataclasses.replace(model, with_layers=None), model.with_layers is not None
 
             memo[key] = shared_once(f"lowering {key!r}", lower)[0]
-        return _fresh(*memo[key], path, kw)
+        model = _fresh(*memo[key], path, kw)
+        if json_spec:
+            model.meta["shard_spec"] = entry
+        return model
 
     def _fresh(model, relowers, path, kw):
         copies: dict = {}
