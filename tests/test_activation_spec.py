@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SP = os.path.join(ROOT, "tests", "fixtures", "scripts", "sp_dit_block.py")
 
@@ -17,15 +19,31 @@ def run(run_cli, tmp_path, *args, name="plan.json", out=os.devnull):
     return json.loads(plan_path.read_text()), err
 
 
-def weight_only_copy(tmp_path) -> str:
-    """The fixture without its load_activation_shard_spec (the weight spec alone)."""
+@pytest.fixture(scope="module")
+def weights_only(tmp_path_factory) -> str:
+    """The fixture without its load_activation_shard_spec (the weight spec alone): one file
+    for the module's tests (a load script is lowered once per path and arguments)."""
     text = open(SP).read().replace("def load_activation_shard_spec(", "def _unused_activation_spec(")
-    path = tmp_path / "sp_weights_only.py"
+    path = tmp_path_factory.mktemp("sp") / "sp_weights_only.py"
     path.write_text(text)
     return str(path)
 
 
-def test_the_activation_spec_is_priced_and_differs_from_the_weight_spec_alone(run_cli, tmp_path):
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """``shard-opt sp_dit_block.py --mesh 2x4 --evaluate`` (the loader's weight and activation
+    specs priced as written): (the plan JSON, the ``-o`` module's path), one run for the
+    three tests that read it."""
+    from shard_opt.cli import main
+
+    d = tmp_path_factory.mktemp("sp-evaluated")
+    plan_path, out = d / "plan.json", d / "out.mlir"
+    code = main([SP, "--mesh", "2x4", "--evaluate", "--plan-json", str(plan_path), "-o", str(out), "--no-cache"])
+    assert code == 0, f"shard-opt {SP} --mesh 2x4 --evaluate exited {code}"
+    return json.loads(plan_path.read_text()), out
+
+
+def test_the_activation_spec_is_priced_and_differs_from_the_weight_spec_alone(run_cli, tmp_path, weights_only):
     plan, err = run(run_cli, tmp_path, SP, "--mesh", "2x4")
     base = plan["baselines"]["loader-spec"]
     # the back-to-back pair at proj_in (replicated, then L on "batch"), the gather at proj_out
@@ -36,22 +54,22 @@ def test_the_activation_spec_is_priced_and_differs_from_the_weight_spec_alone(ru
     # a module with no weight names no value shard-opt can find: said, not dropped
     assert any(u.startswith("blocks.0.act (activation spec") for u in base["unmatched"])
     assert "blocks.0.act" in err
-    alone, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", name="alone.json")
+    alone, _ = run(run_cli, tmp_path, weights_only, "--mesh", "2x4", name="alone.json")
     w = alone["baselines"]["loader-spec"]
     assert "activations" not in w
     assert not any(c["axes"] == ["batch"] for c in w["collectives"])  # "batch" idle without it
     assert w["total_us"] != base["total_us"] and w["ccl_count"] != base["ccl_count"]
 
 
-def test_evaluate_prices_the_activation_spec_too(run_cli, tmp_path):
-    plan, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate")
+def test_evaluate_prices_the_activation_spec_too(run_cli, tmp_path, weights_only, evaluated):
+    plan, _ = evaluated
     assert any(c["kind"] == "all_gather" and c["axes"] == ["batch"] for c in plan["collectives"])
     assert plan["baselines"]["loader-spec"]["activations"]["proj_out"] == [[[], [], []]]
-    alone, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", name="alone.json")
+    alone, _ = run(run_cli, tmp_path, weights_only, "--mesh", "2x4", "--evaluate", name="alone.json")
     assert alone["cost"]["total_us"] != plan["cost"]["total_us"]
 
 
-def test_a_json_spec_names_intermediates_by_op_and_shapes(run_cli, tmp_path):
+def test_a_json_spec_names_intermediates_by_op_and_shapes(run_cli, tmp_path, weights_only):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({
         "spec": {"blocks.*.up.weight": ["model", None], "blocks.*.down.weight": [None, "model"]},
@@ -59,7 +77,7 @@ def test_a_json_spec_names_intermediates_by_op_and_shapes(run_cli, tmp_path):
                         "proj_out": [None, None, None],
                         "stablehlo.transpose 1x2x3->3x2x1": [None, None, None]},  # no such op
     }))
-    plan, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--spec", spec, "--evaluate")
+    plan, _ = run(run_cli, tmp_path, weights_only, "--mesh", "2x4", "--spec", spec, "--evaluate")
     base = plan["baselines"]["loader-spec"]
     assert any(u.startswith("stablehlo.transpose 1x2x3->3x2x1") for u in base["unmatched"])
     assert any(c["axes"] == ["batch"] for c in plan["collectives"])
@@ -83,14 +101,14 @@ def test_the_dit_bill_counts_collectives_by_kind_and_skips_slices():
     assert "expert 3 big + 1 small" in bench_experts.dit_bill({"layer_collectives": layer}, expert)
 
 
-def test_evaluate_of_an_evaluated_modules_output_prices_it_the_same(run_cli, tmp_path):
+def test_evaluate_of_an_evaluated_modules_output_prices_it_the_same(run_cli, tmp_path, evaluated):
     """Issue 24: ``--evaluate`` of the ``-o`` module an ``--evaluate`` run wrote (the
     propagated module: its collectives explicit, the activation spec's constraints spent
     into them) gives the same cost, collectives and module. It used to propagate the module
     again, and Shardy re-inserted the all_reduce of each partial sum (282.6 -> 336.7 us,
     5 -> 7 collectives)."""
-    out, again = tmp_path / "out.mlir", tmp_path / "again.mlir"
-    first, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate", name="first.json", out=out)
+    first, out = evaluated
+    again = tmp_path / "again.mlir"
     assert "sdy.all_reduce" in out.read_text()  # the written module is the partitioned one
     second, _ = run(run_cli, tmp_path, out, "--mesh", "2x4", "--evaluate", name="second.json", out=again)
 
@@ -116,14 +134,15 @@ def _residual_splits(text: str) -> set[str]:
             for m in re.findall(r"sharding_per_value<\[<@mesh, (\[[^>]*\])>", line)}
 
 
-def test_residual_stream_flags_a_hidden_split_stream_not_a_sequence_split_one(run_cli, tmp_path):
+def test_residual_stream_flags_a_hidden_split_stream_not_a_sequence_split_one(run_cli, tmp_path, weights_only,
+                                                                             evaluated):
     """The recorded limit (expert_specs.md, compiler limit 1) is a residual stream split on
     its hidden features on the axis row-parallel layers reduce over. The loader's sequence
     parallelism splits the stream's tokens on "batch": not flagged. The same stack with its
     stream constrained onto "model" on hidden (the down projections' all_reduces become
     reduce_scatters): flagged."""
-    seq_out, hid_out = tmp_path / "seq.mlir", tmp_path / "hid.mlir"
-    seq, _ = run(run_cli, tmp_path, SP, "--mesh", "2x4", "--evaluate", name="seq.json", out=seq_out)
+    seq, seq_out = evaluated
+    hid_out = tmp_path / "hid.mlir"
     assert '[{}, {"batch"}, {}]' in _residual_splits(seq_out.read_text())
     assert not any('"model"' in s for s in _residual_splits(seq_out.read_text()))
     assert {r["rule"]: r["plan_breaks"] for r in seq["safety"]}["residual-stream"] is False
@@ -132,7 +151,7 @@ def test_residual_stream_flags_a_hidden_split_stream_not_a_sequence_split_one(ru
         "spec": {"blocks.*.up.weight": ["model", None], "blocks.*.up.bias": ["model"],
                  "blocks.*.down.weight": [None, "model"]},
         "activations": {"proj_in": {"then": [[None, None, None], [None, None, "model"]]}}}))
-    hid, _ = run(run_cli, tmp_path, weight_only_copy(tmp_path), "--mesh", "2x4", "--evaluate", "--spec", spec,
+    hid, _ = run(run_cli, tmp_path, weights_only, "--mesh", "2x4", "--evaluate", "--spec", spec,
                  name="hid.json", out=hid_out)
     assert '[{}, {}, {"model"}]' in _residual_splits(hid_out.read_text())
     assert ("reduce_scatter", ["model"]) in [(c["kind"], c["axes"]) for c in hid["collectives"]]

@@ -1,21 +1,40 @@
 """Grouped-query attention whose 8 KV heads do not divide 32 devices: a valid plan, explained."""
 
+import json
 import os
+import tempfile
 
 import pytest
 
 from shard_opt import frontends
-from shard_opt.driver import Options, optimize
-from shard_opt.sharding import Mesh
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "gqa_llama.py")
+ARGS = [SCRIPT, "--layers", "2", "--mesh", "8x4", "--dtype", "f32"]
+
+
+def gqa_plan_on_32_devices() -> dict:
+    """The plan JSON ``shard-opt`` writes for the 2-layer GQA fixture on 8x4 (``ARGS``): one
+    search a test run, read here and by tests/test_safety.py (the rules it lists)."""
+    from shard_opt.cli import main
+
+    from conftest import shared_once
+
+    def run() -> str:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "plan.json")
+            code = main([*ARGS, "--plan-json", path, "-o", os.path.join(d, "out.mlir"), "--quiet"])
+            assert code == 0, f"shard-opt {' '.join(ARGS)} exited {code}"
+            with open(path) as f:
+                return f.read()
+
+    return json.loads(shared_once(f"gqa_llama plan {ARGS!r}", run)[0])
 
 
 @pytest.fixture(scope="module")
 def plan():
-    model = frontends.load(SCRIPT, layers=2)
+    model = frontends.load(SCRIPT, layers=2, dtype="f32")
     assert model.meta["attention"] == {"heads": 32, "kv_heads": 8, "head_dim": 8}
-    return optimize(model, Options(meshes=[Mesh.parse("8x4")], progress=False)).plan
+    return gqa_plan_on_32_devices()
 
 
 def test_plan_is_valid_on_32_devices(plan):

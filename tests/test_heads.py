@@ -153,25 +153,32 @@ def test_a_kv_cache_split_that_propagation_moves_inside_a_head_is_found():
         assert "heads" in _evaluator(decode).facts_of(shardings).violations, dim
 
 
-QWEN35 = os.path.join(os.path.dirname(__file__), "fixtures", "scripts", "qwen35_attention.py")
+def _evaluated_breaks(qwen, tmp_path, mesh, spec):
+    """``--evaluate --spec SPEC`` on Qwen3.5's attention: the command line's own
+    ``evaluate_existing`` on the module the other tests lowered (the same script), the spec
+    file read into its meta as the frontend reads a ``--spec`` (a command-line run lowered the
+    script again for each spec file, ~1.5 CPU-s each; the heads rule reads the arguments'
+    shardings and the propagated module, not the dtype)."""
+    import dataclasses
 
+    from shard_opt.driver import evaluate_existing
+    from shard_opt.frontends.shard_spec import load_spec_file
+    from shard_opt.plan import dumps
 
-def _evaluated_breaks(run_cli, tmp_path, mesh, spec):
-    path, plan_path = tmp_path / "spec.json", tmp_path / "plan.json"
+    path = tmp_path / f"spec-{mesh}.json"
     path.write_text(json.dumps(spec))
-    code, _, err = run_cli(QWEN35, "--mesh", mesh, "--dtype", "f32", "--spec", path, "--evaluate", "--no-check",
-                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    return {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}
+    specified = dataclasses.replace(qwen, meta=dict(qwen.meta, shard_spec=load_spec_file(str(path))))
+    plan = json.loads(dumps(evaluate_existing(specified, Options(meshes=[Mesh.parse(mesh)], progress=False)).plan))
+    return {r["rule"]: r["plan_breaks"] for r in plan["safety"]}
 
 
-def test_query_heads_per_device_must_be_a_multiple_of_kv_heads_per_device(run_cli, tmp_path):
+def test_query_heads_per_device_must_be_a_multiple_of_kv_heads_per_device(qwen, tmp_path):
     # tt-mlir issue 8861: 16 query heads split 8 ways (2 per device) beside 4 replicated KV
     # heads (4 per device): "Query num heads must be divisible by key/value num heads"
     q_only = {"model.layers.*.self_attn.q_proj.weight": ["model", None],
               "model.layers.*.self_attn.o_proj.weight": [None, "model"]}
-    assert _evaluated_breaks(run_cli, tmp_path, "1x8", q_only)["heads"]
+    assert _evaluated_breaks(qwen, tmp_path, "1x8", q_only)["heads"]
     # 4 ways with K/V split alike: 4 query heads and 1 KV head per device
     both = {**q_only, "model.layers.*.self_attn.k_proj.weight": ["model", None],
             "model.layers.*.self_attn.v_proj.weight": ["model", None]}
-    assert not _evaluated_breaks(run_cli, tmp_path, "1x4", both)["heads"]
+    assert not _evaluated_breaks(qwen, tmp_path, "1x4", both)["heads"]

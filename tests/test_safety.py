@@ -43,6 +43,37 @@ def _megatron_with_output_constraint(model):
 
 
 @pytest.fixture(scope="module")
+def gqa():
+    """The GQA fixture, 2 layers, f32: lowered once for this file's tests (each run below with
+    a --spec is the command line's own optimize / evaluate_existing on it, the spec file read
+    into its meta as the frontend reads a JSON --spec: a command-line run lowered the script
+    again for each spec file, ~1.5 CPU-s each)."""
+    return frontends.load(GQA, layers=2, dtype="f32")
+
+
+def _spec_run(gqa, tmp_path, mesh, spec: dict, *, evaluate=False, allow=frozenset()):
+    """The plan ``shard-opt gqa_llama.py --layers 2 --dtype f32 --mesh MESH --spec SPEC
+    [--evaluate] [--allow ...]`` builds (a ``Plan``), with the spec file it was given."""
+    import dataclasses
+
+    from shard_opt.driver import Options, evaluate_existing, optimize
+    from shard_opt.frontends.shard_spec import load_spec_file
+
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    model = dataclasses.replace(gqa, meta=dict(gqa.meta, shard_spec=load_spec_file(str(path))))
+    opts = Options(meshes=[Mesh.parse(mesh)], progress=False, allow=frozenset(allow))
+    return (evaluate_existing if evaluate else optimize)(model, opts).plan
+
+
+def _with_spec(gqa, tmp_path, mesh, spec: dict, **kw) -> dict:
+    """The plan JSON that run writes (``--plan-json``)."""
+    from shard_opt.plan import dumps
+
+    return json.loads(dumps(_spec_run(gqa, tmp_path, mesh, spec, **kw)))
+
+
+@pytest.fixture(scope="module")
 def residual():
     return frontends.load(RESIDUAL, dtype="f32")
 
@@ -74,8 +105,8 @@ def test_scattering_into_a_bias_add_is_not_the_residual_stream():
     assert facts.violations == []
 
 
-def test_exclude_rules_drop_options_from_the_search():
-    model = frontends.load(GQA, layers=2, dtype="f32")
+def test_exclude_rules_drop_options_from_the_search(gqa):
+    model = gqa
     meshes = [Mesh.parse("8x4")]
     limit, removed = safety.limits(model, structure_of(model)), {}
     groups = make_groups(model.arguments, meshes, set(PARALLELISM), limit=limit, removed=removed)
@@ -94,12 +125,11 @@ def test_exclude_rules_drop_options_from_the_search():
     assert 32 in {o.split_factor(0, meshes[0]) for o in k_free.options}
 
 
-def test_plan_lists_every_rule(run_cli, tmp_path):
-    plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--plan-json", plan_path,
-                           "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    rows = {r["rule"]: r for r in json.loads(plan_path.read_text())["safety"]}
+def test_plan_lists_every_rule():
+    # the CLI's plan for the GQA fixture on 8x4 (one search a test run, tests/test_gqa.py's)
+    from test_gqa import gqa_plan_on_32_devices
+
+    rows = {r["rule"]: r for r in gqa_plan_on_32_devices()["safety"]}
     assert set(rows) == set(safety.BY_ID)
     assert rows["vocab-gather"]["removed"] == 0 and rows["heads"]["removed"] > 0  # a row lookup may split
     assert not any(r["plan_breaks"] or r["allowed"] for r in rows.values())
@@ -120,15 +150,10 @@ def test_the_megatron_baseline_keeps_a_tied_tables_vocab_split(run_cli, tmp_path
     assert plan["cost"]["total_us"] <= mega["total_us"]
 
 
-def test_an_evaluated_spec_that_splits_inside_a_head_is_flagged(run_cli, tmp_path):
+def test_an_evaluated_spec_that_splits_inside_a_head_is_flagged(gqa, tmp_path):
     # 8 KV heads on 8x4: k_proj split 32 ways gives a device a quarter of a head
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"model.layers.*.self_attn.k_proj.weight": [["batch", "model"], None]}))
-    plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--evaluate", "--spec", spec,
-                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    plan = json.loads(plan_path.read_text())
+    plan = _with_spec(gqa, tmp_path, "8x4", {"model.layers.*.self_attn.k_proj.weight": [["batch", "model"], None]},
+                      evaluate=True)
     assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["heads"]
     assert any("heads" in n for n in plan["notes"])
     assert "heads" in plan["baselines"]["loader-spec"]["breaks"]  # the plan is the spec, as written
@@ -153,54 +178,47 @@ def test_an_unknown_rule_is_one_line(run_cli, tmp_path):
     assert not (tmp_path / "out.mlir").exists()
 
 
-def test_a_hidden_split_embedding_shards_the_residual_stream(run_cli, tmp_path):
+def test_a_hidden_split_embedding_shards_the_residual_stream(gqa, tmp_path):
     # the expert's failure mode: the embedding split on hidden and nothing keeping the
     # residual stream whole; Shardy slices q/k/v/o to match instead of all-reducing, the
     # residual adds run on 1/8 of the features: flagged (this is what tt-mlir miscompiles)
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({
+    spec = {
         "model.embed_tokens.weight": [None, "model"],
         "model.layers.*.self_attn.q_proj.weight": ["model", None],
         "model.layers.*.self_attn.o_proj.weight": [None, "model"],
         "model.layers.*.mlp.gate_proj.weight": ["model", None],
         "model.layers.*.mlp.up_proj.weight": ["model", None],
-        "model.layers.*.mlp.down_proj.weight": [None, "model"]}))
-    plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
-                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    plan = json.loads(plan_path.read_text())
+        "model.layers.*.mlp.down_proj.weight": [None, "model"]}
+    plan = _with_spec(gqa, tmp_path, "1x8", spec, evaluate=True)
     # the patterns name every layer's weights (a JSON spec may use the plan's role globs)
     assert plan["baselines"]["loader-spec"]["unmatched"] == []
     assert {a["name"]: a["sharding"] for a in plan["arguments"]}["model.layers.1.mlp.down_proj.weight"] == [[], ["model"]]
     assert {r["rule"]: r["plan_breaks"] for r in plan["safety"]}["residual-stream"]
     # the same projections with the embedding replicated keep the stream whole
-    spec.write_text(json.dumps({k: v for k, v in json.loads(spec.read_text()).items() if "embed" not in k}))
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--evaluate", "--spec", spec,
-                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    assert not {r["rule"]: r["plan_breaks"] for r in json.loads(plan_path.read_text())["safety"]}["residual-stream"]
+    kept = _with_spec(gqa, tmp_path, "1x8", {k: v for k, v in spec.items() if "embed" not in k}, evaluate=True)
+    assert not {r["rule"]: r["plan_breaks"] for r in kept["safety"]}["residual-stream"]
 
 
 HEAD_SPLIT = {"model.layers.*.self_attn.k_proj.weight": [["batch", "model"], None],
               "model.layers.*.mlp.gate_proj.weight": ["model", None]}
 
 
-def _spec_plan(run_cli, tmp_path, *extra):
-    spec, plan_path, report = tmp_path / "spec.json", tmp_path / "plan.json", tmp_path / "report.md"
-    spec.write_text(json.dumps(HEAD_SPLIT))
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "8x4", "--dtype", "f32", "--spec", spec, "--plan-json",
-                           plan_path, "--report", report, "-o", tmp_path / "out.mlir", "--quiet", *extra)
-    assert code == 0, err
-    return json.loads(plan_path.read_text()), report.read_text()
+def _spec_plan(gqa, tmp_path, allow=frozenset()):
+    """The plan and report of a search on 8x4 from ``HEAD_SPLIT`` (``--report``'s text: the
+    command line renders the plan it writes, ``render_report``)."""
+    from shard_opt.emit.report import render_report
+    from shard_opt.plan import dumps
+
+    plan = _spec_run(gqa, tmp_path, "8x4", HEAD_SPLIT, allow=allow)
+    return json.loads(dumps(plan)), render_report(plan, png_path=None)
 
 
-def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
+def test_every_baseline_is_priced_within_the_rules(gqa, tmp_path):
     # a spec that splits k_proj 32 ways over 8 KV heads (a quarter of a head per device,
     # the heads rule). Priced as written it would be a plan the search may not make; the
     # baseline is priced with that split replicated, its figure as written and the rule
     # beside it, and the report says so
-    plan, report = _spec_plan(run_cli, tmp_path)
+    plan, report = _spec_plan(gqa, tmp_path)
     base = plan["baselines"]["loader-spec"]
     # (and tile-columns: a quarter of an 8-wide head is 2 columns per device, gathered)
     assert base["breaks"] == ["heads", "tile-columns"]
@@ -220,24 +238,19 @@ def test_every_baseline_is_priced_within_the_rules(run_cli, tmp_path):
     row = next(ln for ln in report.splitlines() if ln.startswith("| loader-spec"))
     assert "`heads`" in row and "as written" in row and f"{base['total_us']:.1f} us" in row
     # --allow heads: the split is allowed, the baseline is its plan as written
-    free, report = _spec_plan(run_cli, tmp_path, "--allow", "heads,tile-columns")
+    free, report = _spec_plan(gqa, tmp_path, allow={"heads", "tile-columns"})
     base_free = free["baselines"]["loader-spec"]
     assert "breaks" not in base_free and "as_written" not in base_free
     assert base_free["total_us"] == base["as_written"]["total_us"]
     assert "⚠ Baseline" not in report
 
 
-def test_a_loader_spec_that_splits_a_row_lookups_vocabulary_is_priced_as_written(run_cli, tmp_path):
+def test_a_loader_spec_that_splits_a_row_lookups_vocabulary_is_priced_as_written(gqa, tmp_path):
     # tt-mlir partitions a vocab-split row lookup (a masked lookup and an all_reduce) and
     # its program computes the unsharded answer: the spec is priced as written
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"model.embed_tokens.weight": ["model", None],
-                                "model.layers.*.mlp.gate_proj.weight": ["model", None]}))
-    plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(GQA, "--layers", "2", "--mesh", "1x8", "--dtype", "f32", "--spec", spec,
-                           "--plan-json", plan_path, "-o", tmp_path / "out.mlir", "--quiet")
-    assert code == 0, err
-    base = json.loads(plan_path.read_text())["baselines"]["loader-spec"]
+    base = _with_spec(gqa, tmp_path, "1x8", {"model.embed_tokens.weight": ["model", None],
+                                             "model.layers.*.mlp.gate_proj.weight": ["model", None]})
+    base = base["baselines"]["loader-spec"]
     assert "breaks" not in base and "adjusted" not in base
     assert base["arguments"]["model.embed_tokens.weight"] == [["model"], []]
     assert base["source"] and base["unmatched"] == []

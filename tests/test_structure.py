@@ -40,7 +40,10 @@ def llama():
     return frontends.load(LLAMA)
 
 
-def test_renamed_model_gets_the_same_megatron_baseline_and_plan(llama):
+def test_renamed_model_gets_the_same_megatron_baseline_and_plan():
+    # one block: what a name table would recognise is the same in every block, and the two
+    # searches cost half the 2-block model's
+    llama = frontends.load(LLAMA, layers=1)
     other = renamed(llama)
     assert not any(re.search(r"proj|attn|mlp|head", a.name) for a in other.arguments if a.kind == "param")
     mesh = Mesh.parse("1x2")  # 4 heads, 2 KV heads: every projection splits
