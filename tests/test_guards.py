@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -32,7 +31,6 @@ import pytest
 
 from shard_opt import frontends
 from shard_opt.emit import rebuild
-from conftest import CHILD_CEILING_S
 
 HERE = os.path.dirname(__file__)
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
@@ -240,7 +238,7 @@ TT_TORCH_STUB = textwrap.dedent("""\
 
 
 def test_the_emitted_script_hooks_every_layer(runs, tmp_path):
-    from test_emit_torch import STUBS
+    from test_emit_torch import STUBS, run_script
 
     _, script = runs["phi3_fused", "2x4"]
     for rel, text in {**STUBS, "tt_torch/__init__.py": "", "tt_torch/sharding.py": TT_TORCH_STUB}.items():
@@ -259,8 +257,7 @@ def test_the_emitted_script_hooks_every_layer(runs, tmp_path):
                            "spec": sorted(_names[id(m)] for m in _spec),
                            "flag": all(m._tt_activation_constraint_hooked for m in _spec)}))
         """))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(path, [tmp_path / "stubs"])  # `python emitted.py`, in this process
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     want = sorted(m.replace("*", str(i)) for m in CASES["phi3_fused"] for i in (0, 1))
