@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -184,6 +185,7 @@ class Deliverables:
     background: dict = field(default_factory=dict)  # name -> Popen started once the runs are done
     cache: dict = field(default_factory=dict)
     megatron_script: str = ""  # the Megatron baseline written into the same load script
+    changed: dict = field(default_factory=dict)  # name -> its lit test with one CHECK line changed
 
     @property
     def main(self) -> Run:
@@ -219,19 +221,23 @@ def _changed_check(lit_test: str) -> str:
     return lit_test.replace(m.group(0), m.group(0).replace(f"= {m.group(1)} ", f"= {int(m.group(1)) + 1} "), 1)
 
 
-def _lit_suite(base: str, tests: dict) -> str:
-    """Each emitted lit test (name -> text) beside a copy of the project's lit config, and
-    ``NAME-changed.mlir`` with one CHECK line changed."""
-    suite = os.path.join(base, "lit")
+def _lit_suite(base: str, tests: dict) -> tuple[str, dict]:
+    """(a folder with each emitted lit test (name -> text) beside a copy of the project's lit
+    config, {name: the test with one CHECK line changed, in a folder of its own})."""
+    suite, changed_dir = os.path.join(base, "lit"), os.path.join(base, "lit-changed")
     os.makedirs(suite)
+    os.makedirs(changed_dir)
     shutil.copy(os.path.join(ROOT, "lit_tests", "lit.cfg.py"), os.path.join(suite, "lit.cfg.py"))
+    changed_paths = {}
     for name, text in tests.items():
         changed = _changed_check(text)
         assert changed != text
-        for suffix, body in (("", text), ("-changed", changed)):
-            with open(os.path.join(suite, f"{name}{suffix}.mlir"), "w") as f:
-                f.write(body)
-    return suite
+        with open(os.path.join(suite, f"{name}.mlir"), "w") as f:
+            f.write(text)
+        changed_paths[name] = os.path.join(changed_dir, f"{name}-changed.mlir")
+        with open(changed_paths[name], "w") as f:
+            f.write(changed)
+    return suite, changed_paths
 
 
 def _run_in_process(args: list, out_dir: str) -> Run:
@@ -296,7 +302,7 @@ def d(tmp_path_factory):
         f.write(emit_torch(source, _megatron_variant(dl.plan)))
     lit = shutil.which("lit", path=os.path.dirname(sys.executable)) or shutil.which("lit")
     if lit:
-        suite = _lit_suite(base, {"llama": dl.main.read("T.mlir"), "block": block.read("T.mlir")})
+        suite, dl.changed = _lit_suite(base, {"llama": dl.main.read("T.mlir"), "block": block.read("T.mlir")})
         dl.background["lit"] = subprocess.Popen([lit, "-v", suite], stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)
     yield dl
@@ -734,13 +740,27 @@ def test_lit_test_pins_the_plan(d):
 
 
 def test_lit_test_passes_and_a_changed_check_fails(d):
+    """lit runs both emitted tests and they pass; each with one CHECK line changed fails on
+    that line: its own RUN line's shard-opt command run here (shard_opt.cli.main: a lit run
+    would start Python and XLA again for it), its output through FileCheck with the changed
+    test's CHECK lines."""
     assert "lit" in d.background, "lit (a pinned dependency) is not installed next to this Python"
     r = d.finish("lit")
     out = r.stdout + r.stderr
     for name in ("llama", "block"):
         assert f"PASS: shard-opt :: {name}.mlir" in out, out
-        assert f"FAIL: shard-opt :: {name}-changed.mlir" in out, out
-    assert out.count("Couldn't match") == 2, out  # failed on the changed CHECK lines, not on set-up
+    assert "Couldn't match" not in out, out
+    assert sorted(d.changed) == ["block", "llama"]
+    for name, path in d.changed.items():
+        with open(path) as f:
+            run = re.fullmatch(r"// RUN: shard-opt %s (.*) \| FileCheck %s", f.readline().rstrip("\n"))
+        assert run, f"{name}: the RUN line is not 'shard-opt %s ... | FileCheck %s'"
+        evaluated = _run_in_process([path, *shlex.split(run.group(1))], os.path.join(os.path.dirname(path), name))
+        assert evaluated.returncode == 0, evaluated.stderr
+        fc = subprocess.run([sys.executable, "-m", "filecheck", path], input=evaluated.stdout, capture_output=True,
+                            text=True, timeout=CHILD_CEILING_S)
+        said = fc.stdout + fc.stderr
+        assert fc.returncode != 0 and said.count("Couldn't match") == 1, said  # on the changed CHECK line
 
 
 # ---------------------------------------------------------------------------------
