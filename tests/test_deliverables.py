@@ -5,8 +5,10 @@ One command, run once per module (it takes the better part of a minute)::
     shard-opt llama_load.py --mesh 2x4 -o A.mlir --plan-json P.json --report R.md \
         --emit-torch S.py --emit-lit-test T.mlir
 
-It runs twice, in parallel subprocesses, with ``PYTHONHASHSEED=0`` and ``123``: the
-structural checks read the first run, the determinism check compares the two. The
+It runs twice, under two hash seeds: in this process (through ``shard_opt.cli.main``) and,
+meanwhile, in a fresh subprocess whose ``PYTHONHASHSEED`` is one this process does not have
+(123, or 124 if this process's is 123: checked by comparing ``hash`` of a string in both).
+The structural checks read the first run, the determinism check compares the two. The
 script is the bundled example with a few comments added (the example itself has none),
 so that "keeps the user's comments" is checked on real comments. At this size the
 search keeps the small Llama replicated (Megatron's collectives cost more than the
@@ -26,6 +28,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -45,7 +48,9 @@ MESH = "2x4"
 OUTPUTS = {"A.mlir": "-o", "P.json": "--plan-json", "R.md": "--report", "S.py": "--emit-torch",
            "T.mlir": "--emit-lit-test"}
 PNG = "R_ccl.png"  # --report R.md writes its chart beside it
-SEEDS = ("0", "123")
+# the subprocess's PYTHONHASHSEED: the first of these whose str hashes differ from this process's
+OTHER_SEEDS = ("123", "124")
+HERE = "this process"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ["## 1. Model & target", "## 2. Architecture", "## 3. Recommended strategy (summary)",
             "## 4. Per-component design", "## 5. CCL budget", "## 6. Bottlenecks & compiler limitations",
@@ -65,73 +70,90 @@ COMMENTS = [
 ]
 TRAILING_COMMENT = "# test: the script's last line\n"
 
-# Runs in its own process (torch and transformers imported once, beside the lit run):
+# Run in this process (torch and transformers are imported already: the CLI run lowered the
+# script here), with sys.modules and os.environ restored after:
 # 1. imports an emitted script as is, where torch_xla is not installed, and reports where
 #    it failed; 2. imports each script again with stand-in torch_xla modules that record
 #    what the script asks for, builds the model and inputs, and reports every
-#    mark_sharding call by parameter name. Prints one JSON object.
-CHECK_SCRIPTS = r"""
-import importlib.util, json, os, sys, traceback, types
-import torch
+#    mark_sharding call by parameter name.
+_STANDIN_MODULES = ("torch_xla", "torch_xla.runtime", "torch_xla.distributed", "torch_xla.distributed.spmd",
+                    "tt_torch", "tt_torch.sharding")
 
-def load(path, name):
+
+def _load_module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
-out = {}
-plain = os.path.abspath(sys.argv[1])
-try:
-    load(plain, "plain")
-    out["plain"] = None
-except BaseException as e:
-    frames = [(f.lineno, f.name, f.line) for f in traceback.extract_tb(e.__traceback__) if f.filename == plain]
-    out["plain"] = {"type": type(e).__name__, "name": getattr(e, "name", None), "frames": frames}
 
-for path in sys.argv[1:]:
-    calls = []
-    xla = types.ModuleType("torch_xla")
-    xla.device = lambda: torch.device("cpu")
-    xla.set_custom_compile_options = lambda o: calls.append(["set_custom_compile_options", dict(o)])
-    runtime = types.ModuleType("torch_xla.runtime")
-    runtime.set_device_type = lambda t: calls.append(["set_device_type", t])
-    runtime.use_spmd = lambda: calls.append(["use_spmd"])
-    distributed = types.ModuleType("torch_xla.distributed")
-    spmd = types.ModuleType("torch_xla.distributed.spmd")
-    class Mesh:
-        def __init__(self, ids, shape, axes):
-            calls.append(["Mesh", [int(i) for i in ids], list(shape), list(axes)])
-    marked = []
-    spmd.Mesh = Mesh
-    spmd.mark_sharding = lambda t, mesh, spec: marked.append((t, spec))
-    xla.runtime, xla.distributed, distributed.spmd = runtime, distributed, spmd
-    tt = types.ModuleType("tt_torch")
-    tt_sharding = types.ModuleType("tt_torch.sharding")
-    hooked = []
-    def sharding_constraint_hook(module, mesh, spec):
-        hooked.append((module, spec))
-        return lambda mod, args, output: output
-    tt_sharding.sharding_constraint_hook = sharding_constraint_hook
-    tt_sharding.sharding_constraint_tensor = lambda t, mesh, spec: t
-    tt.sharding = tt_sharding
-    sys.modules.update({"torch_xla": xla, "torch_xla.runtime": runtime, "torch_xla.distributed": distributed,
-                        "torch_xla.distributed.spmd": spmd, "tt_torch": tt, "tt_torch.sharding": tt_sharding})
-    loader = load(path, "stubbed_" + os.path.basename(path)[:-3]).ModelLoader()
-    model = loader.load_model()
-    inputs = loader.load_inputs()
-    modules = {id(m): n for n, m in model.named_modules()}
-    names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
-    names.update({id(t): f"input {i}" for i, t in enumerate(inputs)})
-    out[os.path.basename(path)] = {
-        "calls": calls,
-        "marked": [[names.get(id(t), "?"), json.loads(json.dumps(spec))] for t, spec in marked],
-        "hooked": sorted([modules.get(id(m), "?"), json.loads(json.dumps(spec))] for m, spec in hooked),
-        "modules": sorted(modules.values()),
-        "tensors": sorted(names.values()),
-    }
-print(json.dumps(out))
-"""
+def _check_scripts(plain: str, paths: list) -> dict:
+    import traceback
+    import types
+
+    import torch
+
+    out = {}
+    plain = os.path.abspath(plain)
+    with pytest.MonkeyPatch.context() as mp:
+        for name in _STANDIN_MODULES:  # whatever is there now comes back after
+            mp.delitem(sys.modules, name, raising=False)
+        mp.setattr(os, "environ", dict(os.environ))  # the scripts set CONVERT_SHLO_TO_SHARDY
+        try:
+            _load_module(plain, "plain")
+            out["plain"] = None
+        except BaseException as e:
+            frames = [[f.lineno, f.name, f.line] for f in traceback.extract_tb(e.__traceback__)
+                      if f.filename == plain]
+            out["plain"] = {"type": type(e).__name__, "name": getattr(e, "name", None), "frames": frames}
+
+        for path in paths:
+            calls = []
+            xla = types.ModuleType("torch_xla")
+            xla.device = lambda: torch.device("cpu")
+            xla.set_custom_compile_options = lambda o, calls=calls: calls.append(["set_custom_compile_options",
+                                                                                   dict(o)])
+            runtime = types.ModuleType("torch_xla.runtime")
+            runtime.set_device_type = lambda t, calls=calls: calls.append(["set_device_type", t])
+            runtime.use_spmd = lambda calls=calls: calls.append(["use_spmd"])
+            distributed = types.ModuleType("torch_xla.distributed")
+            spmd = types.ModuleType("torch_xla.distributed.spmd")
+
+            class Mesh:
+                def __init__(self, ids, shape, axes, calls=calls):
+                    calls.append(["Mesh", [int(i) for i in ids], list(shape), list(axes)])
+
+            marked = []
+            spmd.Mesh = Mesh
+            spmd.mark_sharding = lambda t, mesh, spec, marked=marked: marked.append((t, spec))
+            xla.runtime, xla.distributed, distributed.spmd = runtime, distributed, spmd
+            tt = types.ModuleType("tt_torch")
+            tt_sharding = types.ModuleType("tt_torch.sharding")
+            hooked = []
+
+            def sharding_constraint_hook(module, mesh, spec, hooked=hooked):
+                hooked.append((module, spec))
+                return lambda mod, args, output: output
+
+            tt_sharding.sharding_constraint_hook = sharding_constraint_hook
+            tt_sharding.sharding_constraint_tensor = lambda t, mesh, spec: t
+            tt.sharding = tt_sharding
+            for name, module in zip(_STANDIN_MODULES, (xla, runtime, distributed, spmd, tt, tt_sharding)):
+                mp.setitem(sys.modules, name, module)
+            loader = _load_module(path, "stubbed_" + os.path.basename(path)[:-3]).ModelLoader()
+            model = loader.load_model()
+            inputs = loader.load_inputs()
+            modules = {id(m): n for n, m in model.named_modules()}
+            names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+            names.update({id(t): f"input {i}" for i, t in enumerate(inputs)})
+            out[os.path.basename(path)] = {
+                "calls": calls,
+                "marked": [[names.get(id(t), "?"), json.loads(json.dumps(spec))] for t, spec in marked],
+                "hooked": sorted([modules.get(id(m), "?"), json.loads(json.dumps(spec))] for m, spec in hooked),
+                "modules": sorted(modules.values()),
+                "tensors": sorted(names.values()),
+            }
+    return json.loads(json.dumps(out))
 
 
 def _commented_example() -> str:
@@ -158,14 +180,16 @@ class Run:
 @dataclass
 class Deliverables:
     script_source: str  # the load script shard-opt was given
-    runs: dict  # seed -> Run
+    runs: dict  # HERE / "PYTHONHASHSEED=N" -> Run
     block: Run  # examples/transformer_block.mlir, in-process
     background: dict = field(default_factory=dict)  # name -> Popen started once the runs are done
     cache: dict = field(default_factory=dict)
+    megatron_script: str = ""  # the Megatron baseline written into the same load script
+    changed: dict = field(default_factory=dict)  # name -> its lit test with one CHECK line changed
 
     @property
     def main(self) -> Run:
-        return self.runs[SEEDS[0]]
+        return self.runs[HERE]
 
     @property
     def plan(self) -> dict:
@@ -197,33 +221,46 @@ def _changed_check(lit_test: str) -> str:
     return lit_test.replace(m.group(0), m.group(0).replace(f"= {m.group(1)} ", f"= {int(m.group(1)) + 1} "), 1)
 
 
-def _lit_suite(base: str, tests: dict) -> str:
-    """Each emitted lit test (name -> text) beside a copy of the project's lit config, and
-    ``NAME-changed.mlir`` with one CHECK line changed."""
-    suite = os.path.join(base, "lit")
+def _lit_suite(base: str, tests: dict) -> tuple[str, dict]:
+    """(a folder with each emitted lit test (name -> text) beside a copy of the project's lit
+    config, {name: the test with one CHECK line changed, in a folder of its own})."""
+    suite, changed_dir = os.path.join(base, "lit"), os.path.join(base, "lit-changed")
     os.makedirs(suite)
+    os.makedirs(changed_dir)
     shutil.copy(os.path.join(ROOT, "lit_tests", "lit.cfg.py"), os.path.join(suite, "lit.cfg.py"))
+    changed_paths = {}
     for name, text in tests.items():
         changed = _changed_check(text)
         assert changed != text
-        for suffix, body in (("", text), ("-changed", changed)):
-            with open(os.path.join(suite, f"{name}{suffix}.mlir"), "w") as f:
-                f.write(body)
-    return suite
+        with open(os.path.join(suite, f"{name}.mlir"), "w") as f:
+            f.write(text)
+        changed_paths[name] = os.path.join(changed_dir, f"{name}-changed.mlir")
+        with open(changed_paths[name], "w") as f:
+            f.write(changed)
+    return suite, changed_paths
 
 
 def _run_in_process(args: list, out_dir: str) -> Run:
-    """``shard-opt`` through ``shard_opt.cli.main`` in this process, outputs into out_dir."""
+    """``shard-opt`` through ``shard_opt.cli.main`` in this process, run in out_dir (the
+    outputs named as the subprocess names them)."""
     from shard_opt.cli import main
 
-    os.makedirs(out_dir)
-    args = [os.path.join(out_dir, a) if a in OUTPUTS else a for a in args]
+    os.makedirs(out_dir, exist_ok=True)
     stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHARD_OPT_JOBS", "1")
+        mp.chdir(out_dir)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = main(args)
     return Run(out_dir, code, stdout.getvalue(), stderr.getvalue())
+
+
+def _hash_in(seed: str) -> int:
+    """``hash`` of a string in a Python started with PYTHONHASHSEED=seed (no site: instant)."""
+    r = subprocess.run([sys.executable, "-S", "-c", "print(hash('shard-opt hash seed'))"],
+                       env={"PYTHONHASHSEED": seed}, capture_output=True, text=True, timeout=CHILD_CEILING_S)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
 
 
 @pytest.fixture(scope="module")
@@ -233,45 +270,39 @@ def d(tmp_path_factory):
     source = _commented_example()
     with open(script, "w") as f:
         f.write(source)
-    args = [sys.executable, "-m", "shard_opt.cli", script, "--mesh", MESH]
+    args = [script, "--mesh", MESH]
     for name, flag in OUTPUTS.items():
         args += [flag, name]
-    procs = {}
-    for seed in SEEDS:  # two processes side by side ...
-        out = os.path.join(base, f"hashseed-{seed}")
-        os.mkdir(out)
-        env = dict(os.environ, SHARD_OPT_JOBS="1", PYTHONHASHSEED=seed)
-        procs[seed] = (out, subprocess.Popen(args, cwd=out, env=env, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, text=True))
+    # a hash seed this process does not have: the two runs hash every str differently
+    seed = next(s for s in OTHER_SEEDS if _hash_in(s) != hash("shard-opt hash seed"))
+    other = f"PYTHONHASHSEED={seed}"
+    out = os.path.join(base, "hashseed-" + seed)
+    os.mkdir(out)
+    env = dict(os.environ, SHARD_OPT_JOBS="1", PYTHONHASHSEED=seed)
+    proc = subprocess.Popen([sys.executable, "-m", "shard_opt.cli", *args], cwd=out, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # ... and, meanwhile, here: the bundled transformer block (a plan with collectives
-        # and Megatron pairs; the llama plan has neither at this size).
+        # ... and, meanwhile, here: the same command, then the bundled transformer block (a
+        # plan with collectives and Megatron pairs; the llama plan has neither at this size).
+        runs = {HERE: _run_in_process(args, os.path.join(base, "here"))}
         block = _run_in_process([BLOCK, "--mesh", MESH, "-o", "A.mlir", "--plan-json", "P.json", "--report",
                                  "R.md", "--emit-lit-test", "T.mlir"], os.path.join(base, "block"))
-        runs = {}
-        for seed, (out, p) in procs.items():
-            stdout, stderr = p.communicate(timeout=CHILD_CEILING_S)
-            runs[seed] = Run(out, p.returncode, stdout, stderr)
+        stdout, stderr = proc.communicate(timeout=CHILD_CEILING_S)
+        runs[other] = Run(out, proc.returncode, stdout, stderr)
     finally:
-        for _, p in procs.values():
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    for seed, run in runs.items():
-        assert run.returncode == 0, f"PYTHONHASHSEED={seed}: {run.stderr}"
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    for name, run in runs.items():
+        assert run.returncode == 0, f"{name}: {run.stderr}"
     assert block.returncode == 0, block.stderr
     dl = Deliverables(source, runs, block)
-    # The two slower checks that need their own processes start now and run side by side.
-    with open(os.path.join(base, "S_megatron.py"), "w") as f:
+    dl.megatron_script = os.path.join(base, "S_megatron.py")
+    with open(dl.megatron_script, "w") as f:
         f.write(emit_torch(source, _megatron_variant(dl.plan)))
-    with open(os.path.join(base, "check_scripts.py"), "w") as f:
-        f.write(CHECK_SCRIPTS)
-    dl.background["scripts"] = subprocess.Popen(
-        [sys.executable, os.path.join(base, "check_scripts.py"), os.path.join(dl.main.dir, "S.py"),
-         os.path.join(base, "S_megatron.py")], cwd=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lit = shutil.which("lit", path=os.path.dirname(sys.executable)) or shutil.which("lit")
     if lit:
-        suite = _lit_suite(base, {"llama": dl.main.read("T.mlir"), "block": block.read("T.mlir")})
+        suite, dl.changed = _lit_suite(base, {"llama": dl.main.read("T.mlir"), "block": block.read("T.mlir")})
         dl.background["lit"] = subprocess.Popen([lit, "-v", suite], stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)
     yield dl
@@ -458,9 +489,8 @@ def test_megatron_plan_on_this_script_is_column_then_row(d):
 
 def _scripts_checked(d) -> dict:
     if "scripts" not in d.cache:
-        r = d.finish("scripts")
-        assert r.returncode == 0, r.stderr
-        d.cache["scripts"] = json.loads(r.stdout.strip().splitlines()[-1])
+        path = os.path.join(d.main.dir, "S.py")
+        d.cache["scripts"] = _check_scripts(path, [path, d.megatron_script])
     return d.cache["scripts"]
 
 
@@ -710,13 +740,27 @@ def test_lit_test_pins_the_plan(d):
 
 
 def test_lit_test_passes_and_a_changed_check_fails(d):
+    """lit runs both emitted tests and they pass; each with one CHECK line changed fails on
+    that line: its own RUN line's shard-opt command run here (shard_opt.cli.main: a lit run
+    would start Python and XLA again for it), its output through FileCheck with the changed
+    test's CHECK lines."""
     assert "lit" in d.background, "lit (a pinned dependency) is not installed next to this Python"
     r = d.finish("lit")
     out = r.stdout + r.stderr
     for name in ("llama", "block"):
         assert f"PASS: shard-opt :: {name}.mlir" in out, out
-        assert f"FAIL: shard-opt :: {name}-changed.mlir" in out, out
-    assert out.count("Couldn't match") == 2, out  # failed on the changed CHECK lines, not on set-up
+    assert "Couldn't match" not in out, out
+    assert sorted(d.changed) == ["block", "llama"]
+    for name, path in d.changed.items():
+        with open(path) as f:
+            run = re.fullmatch(r"// RUN: shard-opt %s (.*) \| FileCheck %s", f.readline().rstrip("\n"))
+        assert run, f"{name}: the RUN line is not 'shard-opt %s ... | FileCheck %s'"
+        evaluated = _run_in_process([path, *shlex.split(run.group(1))], os.path.join(os.path.dirname(path), name))
+        assert evaluated.returncode == 0, evaluated.stderr
+        fc = subprocess.run([sys.executable, "-m", "filecheck", path], input=evaluated.stdout, capture_output=True,
+                            text=True, timeout=CHILD_CEILING_S)
+        said = fc.stdout + fc.stderr
+        assert fc.returncode != 0 and said.count("Couldn't match") == 1, said  # on the changed CHECK line
 
 
 # ---------------------------------------------------------------------------------
@@ -724,10 +768,12 @@ def test_lit_test_passes_and_a_changed_check_fails(d):
 # ---------------------------------------------------------------------------------
 
 def test_outputs_are_byte_identical_across_runs_and_hash_seeds(d):
-    """Two processes, PYTHONHASHSEED 0 and 123: every deliverable is byte-identical. The one
+    """Two runs, this process and a fresh one under another PYTHONHASHSEED (the fixture
+    checks the two hash a str differently): every deliverable is byte-identical. The one
     exception is the plan JSON's ``search.seconds``, the search's wall-clock time (docs/design.md's
     minimum plan fields require it); it is compared with that field taken out."""
-    a, b = (d.runs[s] for s in SEEDS)
+    assert len(d.runs) == 2 and HERE in d.runs
+    a, b = d.runs.values()
     for name in ["A.mlir", "R.md", PNG, "S.py", "T.mlir"]:
         assert a.read(name, "rb") == b.read(name, "rb"), name
     pa, pb = a.read("P.json"), b.read("P.json")

@@ -12,7 +12,6 @@ import pytest
 
 from shard_opt.emit.torch_script import emit_torch
 from shard_opt.errors import UserError
-from conftest import CHILD_CEILING_S
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "ttir")
 
@@ -122,6 +121,55 @@ STUBS = {
 }
 
 
+def run_script(script, paths=(), args=()) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS...`` with ``paths`` first on its import path (PYTHONPATH), run in this
+    process: the script executed as ``__main__`` by runpy, what it prints and the traceback
+    Python would print for an uncaught exception captured, exit status 1 for one (SystemExit's
+    own code). Nothing stays behind: sys.path, sys.argv, os.environ and the modules imported
+    from ``paths`` or named torch_xla / tt_torch (the stand-ins, or a failed import of the real
+    ones) are restored, so the next script starts as a fresh process would, with torch and the
+    libraries already imported (a child would import them again only to run the same lines)."""
+    import contextlib
+    import io
+    import runpy
+    import traceback
+
+    script = str(script)
+    roots = [os.path.realpath(str(p)) for p in paths] + [os.path.realpath(os.path.dirname(script))]
+
+    def own(name, module):
+        if name.split(".")[0] in ("torch_xla", "tt_torch"):
+            return True
+        f = getattr(module, "__file__", None)
+        return bool(f) and any(os.path.realpath(f).startswith(r + os.sep) for r in roots)
+
+    before = set(sys.modules)
+    stale = {n: m for n, m in sys.modules.items() if own(n, m)}  # none expected: taken out, put back after
+    for n in stale:
+        del sys.modules[n]
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    saved_path, saved_argv, saved_env = list(sys.path), list(sys.argv), dict(os.environ)
+    try:
+        sys.path[:0] = [str(p) for p in paths] + [os.path.dirname(script)]
+        sys.argv = [script, *map(str, args)]
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                err.write(traceback.format_exc())
+                code = 1
+    finally:
+        sys.path[:], sys.argv = saved_path, saved_argv
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for n in [n for n in sys.modules if n not in before and own(n, sys.modules[n])]:
+            del sys.modules[n]
+        sys.modules.update(stale)
+    return subprocess.CompletedProcess([sys.executable, script, *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def plan():
     with open(os.path.join(FIXTURES, "llama_2layer_plan.json")) as f:
@@ -201,8 +249,7 @@ def test_layers_that_disagree_get_one_entry_per_tensor(plan):
 def test_fails_only_at_the_torch_xla_import(plan, tmp_path):
     script = tmp_path / "emitted.py"
     script.write_text(emit_torch(TINY_SCRIPT, plan))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(script)
     assert r.returncode != 0
     assert "ModuleNotFoundError: No module named 'torch_xla'" in r.stderr
     lines = script.read_text().splitlines()
@@ -228,8 +275,7 @@ def test_runs_with_torch_xla_and_marks_every_sharded_tensor(plan, tmp_path):
         print(_json.dumps({"marked": _out, "calls": _rt.calls, "env": os.environ.get("CONVERT_SHLO_TO_SHARDY"),
                            "options": _tx.options}))
         """))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(script, [tmp_path / "stubs"])
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     marked = res["marked"]
@@ -406,8 +452,7 @@ def test_inherited_and_imported_loaders_are_wrapped(plan, tmp_path, form):
         print(_json.dumps({{"q": _spmd.marked.get(id(_m.model.layers[0].self_attn.q_proj.weight)),
                            "ids": _spmd.marked.get(id(_x[0]))}}))
         """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "stubs"), str(tmp_path)]))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(script, [tmp_path / "stubs", tmp_path])
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res["q"] == [["model", None], [2, 4], ["batch", "model"]]
@@ -479,8 +524,7 @@ def test_a_model_left_on_meta_says_what_to_change(plan, tmp_path):
     src = TINY_SCRIPT.replace("    return LM()\n", "    return LM().to('meta')\n")
     script = tmp_path / "emitted.py"
     script.write_text(emit_torch(src, plan) + "\nload_model()\n")
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(script, [tmp_path / "stubs"])
     assert r.returncode != 0
     assert ("RuntimeError: load_model() returned a model without weights (model.embed_tokens.weight and 17 more "
             "on the meta device): build it with its weights") in r.stderr
@@ -488,6 +532,6 @@ def test_a_model_left_on_meta_says_what_to_change(plan, tmp_path):
     src = TINY_SCRIPT.replace("    return (torch.zeros(2, 8, dtype=torch.long),)",
                               "    return (torch.zeros(2, 8, dtype=torch.long, device='meta'),)")
     script.write_text(emit_torch(src, plan) + "\nload_inputs()\n")
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(script, [tmp_path / "stubs"])
     assert r.returncode != 0
     assert "RuntimeError: load_inputs() returned a meta tensor [2, 8]: return inputs with values" in r.stderr

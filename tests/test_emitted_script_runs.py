@@ -4,7 +4,8 @@ A load script may build its model on the meta device (shard-opt plans from shape
 and so do loaders shard-opt reads without weights. The emitted script is what the user
 runs on the hardware, so it must build the model with weights. Two cases, each planned by
 the real CLI (``--evaluate``: the spec given is priced, so the plan shards the weights and
-has fused-split guards) and its script then run in a subprocess:
+has fused-split guards) and its script then run as a program (``python driver.py S.py``, in
+this process: ``test_emit_torch.run_script``):
 
 - ``phi3_meta.py``: module-level ``load_model`` / ``load_inputs``, the Phi-3-style model of
   ``phi3_fused.py`` built inside ``with torch.device("meta")``;
@@ -12,7 +13,7 @@ has fused-split guards) and its script then run in a subprocess:
   ``load_inputs`` returning a dict, ``get_mesh_config``, ``load_shard_spec``) building a
   2-layer tiny Hugging Face Llama from its config on the meta device.
 
-The subprocess calls what the user calls (``load_model()``, ``load_inputs()``, the forward)
+The driver calls what the user calls (``load_model()``, ``load_inputs()``, the forward)
 and checks: no error; the outputs equal those of the same model built with weights on the
 CPU (same seed, no shard-opt code) on the same inputs; every parameter the plan shards got
 one ``xs.mark_sharding`` with the plan's spec on the plan's mesh; the inputs went through
@@ -33,12 +34,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
-from conftest import CHILD_CEILING_S
+from test_emit_torch import run_script
 
 HERE = os.path.dirname(__file__)
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
@@ -179,9 +178,9 @@ def run(request, standins, tmp_path_factory):
     assert code == 0
     driver = d / "driver.py"
     driver.write_text(DRIVER.replace("REFERENCE\n", CASES[case]["reference"] + "\n"))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(standins), SCRIPTS]))
-    r = subprocess.run([sys.executable, str(driver), str(d / "S.py")], capture_output=True, text=True,
-                       env=env, timeout=CHILD_CEILING_S, cwd=d)
+    # `python driver.py S.py` with the stand-ins and the fixture scripts on its path, in this
+    # process (test_emit_torch.run_script: nothing it imports from there stays behind)
+    r = run_script(driver, [standins, SCRIPTS], [d / "S.py"])
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads((d / "P.json").read_text()), json.loads(r.stdout.strip().splitlines()[-1])
 

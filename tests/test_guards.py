@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -32,7 +31,6 @@ import pytest
 
 from shard_opt import frontends
 from shard_opt.emit import rebuild
-from conftest import CHILD_CEILING_S
 
 HERE = os.path.dirname(__file__)
 SCRIPTS = os.path.join(HERE, "fixtures", "scripts")
@@ -77,8 +75,11 @@ def runs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def models():
-    """The lowered model of each case (the harness maps the script's tables onto it)."""
-    return {case: frontends.load(os.path.join(SCRIPTS, case + ".py")) for case in CASES}
+    """The lowered model of each case (the harness maps the script's tables onto it), loaded
+    as the CLI runs above load it (``--spec`` included: the spec only goes into ``meta``, which
+    the harness does not read), so the test run's lowering of each script is the runs' own."""
+    return {case: frontends.load(os.path.join(SCRIPTS, case + ".py"), spec=os.path.join(SPECS, case + ".json"))
+            for case in CASES}
 
 
 def _guards_table(script: str) -> dict:
@@ -152,21 +153,30 @@ def test_the_search_path_writes_its_guards(run_cli, tmp_path, models):
     assert rebuild.check(script, models["phi3_fused"], plan)["equal"]
 
 
-def test_the_harness_command_line(runs, tmp_path, capsys):
+def test_the_harness_command_line(runs, tmp_path, capsys, monkeypatch):
     plan, script = runs["deltanet_conv", "1x8"]
     (tmp_path / "P.json").write_text(json.dumps(plan))
     (tmp_path / "S.py").write_text(script)
     args = [str(tmp_path / "S.py"), "--model", os.path.join(SCRIPTS, "deltanet_conv.py"), "--plan",
             str(tmp_path / "P.json")]
-    ok = subprocess.run([sys.executable, "-m", "shard_opt.emit.rebuild", *args], capture_output=True, text=True,
-                        timeout=CHILD_CEILING_S)
-    assert ok.returncode == 0, ok.stderr
-    assert "2 guard hooks" in ok.stdout and "equal:" in ok.stdout
-    # the same command's main() in this process (the module's entry point, shown above to run
-    # as `python -m`; a second child would start Python, torch and XLA again for it)
-    from shard_opt.emit.rebuild import main
+    # `python -m shard_opt.emit.rebuild ...` as runpy runs it (the module executed as __main__,
+    # sys.argv its command line), in this process: a child would start Python, torch and XLA
+    # again only to run the same lines
+    import runpy
+    import warnings
 
     capsys.readouterr()
+    monkeypatch.setattr(sys, "argv", ["python -m shard_opt.emit.rebuild", *args])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "found in sys.modules": imported by this test already
+        with pytest.raises(SystemExit) as ok:
+            runpy.run_module("shard_opt.emit.rebuild", run_name="__main__", alter_sys=True)
+    out = capsys.readouterr().out
+    assert ok.value.code == 0, out
+    assert "2 guard hooks" in out and "equal:" in out
+    # the same command's main() with --no-guards
+    from shard_opt.emit.rebuild import main
+
     code = main([*args, "--no-guards"])
     out = capsys.readouterr().out
     assert code == 1 and "missing: 2 x all_gather on model of [2, 256, 67]" in out, out
@@ -228,7 +238,7 @@ TT_TORCH_STUB = textwrap.dedent("""\
 
 
 def test_the_emitted_script_hooks_every_layer(runs, tmp_path):
-    from test_emit_torch import STUBS
+    from test_emit_torch import STUBS, run_script
 
     _, script = runs["phi3_fused", "2x4"]
     for rel, text in {**STUBS, "tt_torch/__init__.py": "", "tt_torch/sharding.py": TT_TORCH_STUB}.items():
@@ -247,8 +257,7 @@ def test_the_emitted_script_hooks_every_layer(runs, tmp_path):
                            "spec": sorted(_names[id(m)] for m in _spec),
                            "flag": all(m._tt_activation_constraint_hooked for m in _spec)}))
         """))
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "stubs"))
-    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=CHILD_CEILING_S)
+    r = run_script(path, [tmp_path / "stubs"])  # `python emitted.py`, in this process
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     want = sorted(m.replace("*", str(i)) for m in CASES["phi3_fused"] for i in (0, 1))

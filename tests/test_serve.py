@@ -338,10 +338,11 @@ def test_users_are_limited_by_dram(tmp_path):
 
     tiny = dataclasses.replace(costmodel.get_system("n150"), name="test-12mib", dram_bytes=12 * 2**20)
     costmodel.register_system(tiny)
-    profile = Profile.parse("isl=64,osl=64,max_batch=512")
-    # layers=2: the example's own depth, lowered as it is (without it the screening lowers
-    # the 1-layer copy first to learn the depth, one more lowering per batch tried)
-    dep = deploy(Request(source=LLAMA, devices=1, system="test-12mib", profile=profile, layers=2,
+    # the served fixture's lengths and depth (no --layers: the 1-layer copy, then the
+    # example's own 2 layers), so the prefill and the 1-user decode lowerings are the ones
+    # it made (a test run lowers a script once per set of load arguments)
+    profile = Profile.parse("isl=32,osl=16,max_batch=512")
+    dep = deploy(Request(source=LLAMA, devices=1, system="test-12mib", profile=profile,
                          options=Options(check=False), quiet=True))
     r = dep.record
     m = r["memory_per_chip"]
@@ -359,8 +360,8 @@ def test_users_are_limited_by_dram(tmp_path):
     # to reach the same arithmetic; price()'s users= branch is the served fixture's)
     from shard_opt.serve import Deployer
 
-    more = Deployer(Request(source=LLAMA, devices=1, system="test-12mib", layers=2,
-                            profile=Profile.parse(f"isl=64,osl=64,users={expect + 50}"),
+    more = Deployer(Request(source=LLAMA, devices=1, system="test-12mib",
+                            profile=Profile.parse(f"isl=32,osl=16,users={expect + 50}"),
                             options=Options(check=False), quiet=True))
     c = dataclasses.replace(dep.config, refused=None, figures={})
     more.settle(c, expect + 50, dep.config.prefill, dep.config.decode)
