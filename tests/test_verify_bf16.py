@@ -37,6 +37,29 @@ CASES = {
 LAYERS = {"falcon_tiny": 1}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_xla_compile_per_program():
+    """XLA compiles each distinct program once in this module: ``verify_numerics`` compiles the
+    plan and its unsharded reference on every call, and the tests here check the same plan on
+    several seeds (the inputs change, the programs do not) and its wrong twin against the same
+    reference. The executable is XLA's own, compiled from the same text with the same options;
+    a compile that fails is not kept (it fails again)."""
+    from shard_opt import ir
+
+    real = ir.xla_compile
+    memo: dict = {}
+
+    def xla_compile(text, num_partitions, *, shardy=True, to_run=True):
+        key = (text, num_partitions, shardy, to_run)
+        if key not in memo:
+            memo[key] = real(text, num_partitions, shardy=shardy, to_run=to_run)
+        return memo[key]
+
+    ir.xla_compile = xla_compile
+    yield
+    ir.xla_compile = real
+
+
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
     """{case: the plan's module (bf16), from ``shard-opt --evaluate --spec``}."""
