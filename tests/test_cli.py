@@ -156,13 +156,12 @@ def test_outputs_get_ordinary_file_modes(run_cli, tmp_path):
 
 
 def test_emit_torch_on_a_loader_that_subclasses_another(run_cli, tmp_path):
-    # examples/llama_spec_load.py's ModelLoader inherits load_model/load_inputs from llama_load.py's
-    out = tmp_path / "sharded.py"
-    code, _, err = run_cli(os.path.join(EXAMPLES, "llama_spec_load.py"), "--mesh", "1x4", "--layers", "1",
-                           "--emit-torch", out, "-o", os.devnull, "--quiet")
-    assert code == 0, err
-    text = out.read_text()
-    compile(text, str(out), "exec")
+    # examples/llama_spec_load.py's ModelLoader inherits load_model/load_inputs from llama_load.py's;
+    # the run (--mesh 1x4 --emit-torch) is the one tests/test_loader_spec.py's baseline test reads
+    from test_loader_spec import spec_run_1x4
+
+    _, text, _ = spec_run_1x4(run_cli, tmp_path)
+    compile(text, "sharded.py", "exec")
     assert "class ModelLoader(_SmallLlama):" in text and "def load_shard_spec(self, model):" in text
     assert "return shard_opt_model(super().load_model(*args, **kwargs))" in text
     assert "return shard_opt_inputs(super().load_inputs(*args, **kwargs))" in text
