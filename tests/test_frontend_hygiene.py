@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from shard_opt import ir
 from conftest import CHILD_CEILING_S
 
@@ -104,6 +106,20 @@ def load_inputs():
 '''
 
 
+def load(path: str, dtype: str):
+    """The script lowered as ``shard-opt PATH --dtype DTYPE`` lowers it (``frontends.load``
+    with the CLI's defaults: one lowering per test run for this test's lowering and its CLI run)."""
+    from shard_opt import frontends
+
+    return frontends.load(path, dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def groupnorm_script(tmp_path_factory):
+    """GROUPNORM_SCRIPT in a file of the module's (two tests lower it: one lowering)."""
+    return _script(tmp_path_factory.mktemp("groupnorm"), "groupnorm.py", GROUPNORM_SCRIPT)
+
+
 def _script(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
@@ -118,9 +134,7 @@ def _against_eager(path) -> float:
     import numpy as np
     import torch
 
-    from shard_opt.frontends.torch_frontend import load_script
-
-    lm = load_script(str(path), dtype="f32")
+    lm = load(str(path), dtype="f32")
     spec = importlib.util.spec_from_file_location("eager_" + path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -136,10 +150,10 @@ def _against_eager(path) -> float:
     return float(np.max(np.abs(got.astype(np.float64) - want)))
 
 
-def test_groupnorm_model_verifies_numerics_on_8_devices(tmp_path, run_cli):
+def test_groupnorm_model_verifies_numerics_on_8_devices(groupnorm_script, run_cli):
     # torch-mlir lowers GroupNorm's channel->group indices as dense_resource<torch_tensor_...>
     # constants; XLA refused the module ("UNIMPLEMENTED: Only dense elements attr are supported").
-    path = _script(tmp_path, "groupnorm.py", GROUPNORM_SCRIPT)
+    path = groupnorm_script
     code, out, err = run_cli(path, "--mesh", "1x8", "--verify-numerics", "--dtype", "f32")
     assert code == 0, err
     assert "numerics PASS" in err
@@ -147,14 +161,12 @@ def test_groupnorm_model_verifies_numerics_on_8_devices(tmp_path, run_cli):
     ir.parse(out)
 
 
-def test_inlined_constants_compute_what_pytorch_computes(tmp_path):
+def test_inlined_constants_compute_what_pytorch_computes(tmp_path, groupnorm_script):
     # The blob's bytes land in the right elements (its first 4 bytes are the alignment):
     # a wrong split would still verify against itself, so compare with eager PyTorch.
-    from shard_opt.frontends.torch_frontend import load_script
-
-    for name, text in (("groupnorm.py", GROUPNORM_SCRIPT), ("constants.py", CONSTANTS_SCRIPT)):
-        path = _script(tmp_path, name, text)
-        lm = load_script(str(path), dtype="f32")
+    for name, path in (("groupnorm.py", groupnorm_script),
+                       ("constants.py", _script(tmp_path, "constants.py", CONSTANTS_SCRIPT))):
+        lm = load(str(path), dtype="f32")
         assert "dense_resource" not in lm.text and "f64" not in lm.text, name
         assert any(r.startswith("dense_resource -> dense") for r in lm.meta["lowering_rewrites"]), name
         assert _against_eager(path) < 1e-5, name
@@ -196,8 +208,6 @@ def test_resource_blobs_decode_bools_splats_and_halves():
 
 
 def test_a_missing_or_short_resource_blob_is_a_clear_error():
-    import pytest
-
     from shard_opt.frontends.rewrites import after_lowering
 
     missing = RESOURCE_MODULE.replace('      same: "0x04000000070000000700000007000000",\n', "")
@@ -231,10 +241,8 @@ def load_inputs():
 def test_layernorm_lowers_without_f64_and_verifies_on_8_devices(tmp_path, run_cli):
     # torch-mlir computes LayerNorm's statistics in f64 (convert to tensor<2x8x64xf64>,
     # an f64 reduce, dense<1.0e-05> : tensor<1xf64>); Tenstorrent chips have no f64.
-    from shard_opt.frontends.torch_frontend import load_script
-
     path = _script(tmp_path, "layernorm.py", LAYERNORM_SCRIPT)
-    lm = load_script(str(path), dtype="f32")
+    lm = load(str(path), dtype="f32")
     assert "f64" not in lm.text
     assert "i64" in lm.text  # integer literals keep their width
     assert any(r.startswith("f64 -> f32") for r in lm.meta["lowering_rewrites"])

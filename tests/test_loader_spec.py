@@ -18,8 +18,23 @@ def run(run_cli, tmp_path, *args):
     return json.loads(plan_path.read_text()), err
 
 
+def spec_run_1x4(run_cli, tmp_path):
+    """(plan, emitted script, stderr) of ``shard-opt examples/llama_spec_load.py --mesh 1x4
+    --emit-torch``: one run per test run, read here and by tests/test_cli.py (the script)."""
+    from conftest import shared_once
+
+    def make():
+        plan_path, script = tmp_path / "spec-plan.json", tmp_path / "spec-sharded.py"
+        code, _, err = run_cli(SPEC_SCRIPT, "--mesh", "1x4", "--plan-json", plan_path, "--emit-torch", script,
+                               "-o", os.devnull)
+        assert code == 0, err
+        return json.loads(plan_path.read_text()), script.read_text(), err
+
+    return shared_once("examples/llama_spec_load.py --mesh 1x4 --plan-json --emit-torch", make)[0]
+
+
 def test_a_loader_spec_is_a_baseline_compared_component_by_component(run_cli, tmp_path):
-    plan, err = run(run_cli, tmp_path, SPEC_SCRIPT, "--mesh", "1x4")
+    plan, _, err = spec_run_1x4(run_cli, tmp_path)
     base = plan["baselines"]["loader-spec"]
     assert base["source"] == "loader" and base["mesh"] == [1, 4] and not base["unmatched"]
     assert base["arguments"]["model.layers.*.self_attn.q_proj.weight"] == [["model"], []]

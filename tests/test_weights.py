@@ -72,24 +72,34 @@ def test_block_float_weights_are_read_and_stored_at_their_size():
     assert runs["bfp8,mlp=bfp4"].cost.total_us < runs["bfp8"].cost.total_us < runs["bf16"].cost.total_us
 
 
-def test_the_emitted_script_sets_tt_xla_weight_options(run_cli, tmp_path):
-    out, plan_path = tmp_path / "sharded.py", tmp_path / "plan.json"
-    code, _, err = run_cli(LLAMA, "--mesh", "1x2", "--weight-dtype", "bfp8,mlp=bfp4", "--emit-torch", out,
-                           "--plan-json", plan_path, "-o", os.devnull)
-    assert code == 0, err
-    text = out.read_text()
+# One run, read by the two tests below: block-float weights on the small Llama, with a rule
+# (*.experts.*) that names no weight of it (a Llama has no experts).
+WEIGHT_DTYPE = "bfp8,mlp=bfp4,*.experts.*=bfp4"
+
+
+@pytest.fixture(scope="module")
+def bfp_run(tmp_path_factory):
+    """(the emitted script, the plan) of ``shard-opt LLAMA --mesh 1x2 --weight-dtype WEIGHT_DTYPE``."""
+    from shard_opt.cli import main
+
+    d = tmp_path_factory.mktemp("weights")
+    out, plan_path = d / "sharded.py", d / "plan.json"
+    code = main([LLAMA, "--mesh", "1x2", "--weight-dtype", WEIGHT_DTYPE, "--emit-torch", str(out),
+                 "--plan-json", str(plan_path), "-o", os.devnull])
+    assert code == 0
+    return out.read_text(), json.loads(plan_path.read_text())
+
+
+def test_the_emitted_script_sets_tt_xla_weight_options(bfp_run):
+    text, plan = bfp_run
     assert ('torch_xla.set_custom_compile_options({"experimental_weight_dtype": "bfp_bf8", "enable_trace": "true"})'
             in text)
     assert '"model.layers.*.mlp.gate_proj.weight": "bfp_bf4"' in text
     assert "apply_weight_dtype_overrides(model, SHARD_OPT_WEIGHT_DTYPES)" in text
-    plan = json.loads(plan_path.read_text())
-    assert plan["weight_dtype"] == "bfp8,mlp=bfp4"
+    assert plan["weight_dtype"] == WEIGHT_DTYPE
     assert {a.get("storage") for a in plan["arguments"] if "mlp.up_proj" in a["name"]} == {"bfp4"}
 
 
-def test_a_rule_that_names_nothing_is_said(run_cli, tmp_path):
-    plan_path = tmp_path / "plan.json"
-    code, _, err = run_cli(LLAMA, "--mesh", "1x2", "--weight-dtype", "bfp8,*.experts.*=bfp4", "--plan-json", plan_path,
-                           "-o", os.devnull)
-    assert code == 0, err
-    assert any("*.experts.*" in n for n in json.loads(plan_path.read_text()).get("notes", []))
+def test_a_rule_that_names_nothing_is_said(bfp_run):
+    _, plan = bfp_run
+    assert any("*.experts.*" in n for n in plan.get("notes", []))
