@@ -583,10 +583,14 @@ def verify_numerics(
         args = random_inputs(arg_types, seed, index_bounds(module_text), weight_fan_in(module_text), widen=promoted)
     sharded = ir.xla_execute(executables[0], args, out_shapes)
     executables[0] = None
-    gc.collect()  # the sharded run's executable and device buffers, before the reference places its own
+    # the sharded run's executable and device buffers go before the reference places its
+    # own: freed by their last reference here; a young-generation collection takes any
+    # cycle the run left (a full one walked every object of the process, torch's and jax's:
+    # 0.25-0.6 s per call in a test process; the one after the reference collected nothing
+    # in 34 calls and went, benchmarks/results.md)
+    gc.collect(1)
     unsharded = [p[0][1] for p in ir.xla_execute(executables[1], args, out_shapes)]
     del args, executables
-    gc.collect()
     if len(sharded) != len(unsharded):
         raise UserError(
             f"verify: the sharded module returns {len(sharded)} results, the reference {len(unsharded)}"
