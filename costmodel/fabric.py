@@ -29,6 +29,7 @@ Besides the fitted model a fabric prices:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -215,7 +216,7 @@ class Fabric:
             return 0.0
         topology = effective_topology(topology, n)
         pairs = n * (n - 1)
-        total_hops = sum(_distance(topology, n, i, j) for i in range(n) for j in range(n) if i != j)
+        total_hops = _total_hops(topology, n)
         chunk_us = (b / n) / (self.p2p_efficiency * self.line_rate_gbps * links * 1e3)
         return pairs * (self.p2p_startup_us + chunk_us) + total_hops * self.hop_latency_us
 
@@ -230,6 +231,13 @@ class Fabric:
         diameter = n // 2 if topology == "ring" else n - 1
         bw = self.line_rate_gbps * links * ring
         return self.sync_us + diameter * self.hop_latency_us + traffic_bytes(kind, n, b) / (bw * 1e3)
+
+
+@functools.lru_cache(maxsize=None)
+def _total_hops(topology: str, n: int) -> int:
+    """Hops summed over the N(N-1) ordered pairs of an axis of ``n`` devices (a few
+    topologies and sizes recur in every pricing: computed once each)."""
+    return sum(_distance(topology, n, i, j) for i in range(n) for j in range(n) if i != j)
 
 
 def _distance(topology: str, n: int, i: int, j: int) -> int:
