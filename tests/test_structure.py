@@ -12,7 +12,7 @@ from shard_opt import frontends
 from shard_opt.baselines import megatron_pairs, megatron_shardings
 from shard_opt.driver import Options, optimize
 from shard_opt.frontends.mlir_frontend import annotate_arguments
-from shard_opt.lowered import Argument, LoweredModel
+from shard_opt.lowered import LoweredModel
 from shard_opt.sharding import Mesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
