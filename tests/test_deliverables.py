@@ -41,6 +41,7 @@ from shard_opt.emit import _plan
 from shard_opt.emit.report import megatron_pairs, render_report
 from shard_opt.emit.torch_script import emit_torch
 from shard_opt.plan import Plan
+from test_emit_torch import run_script
 
 LLAMA = os.path.join(EXAMPLES, "llama_load.py")
 BLOCK = os.path.join(EXAMPLES, "transformer_block.mlir")
@@ -70,90 +71,75 @@ COMMENTS = [
 ]
 TRAILING_COMMENT = "# test: the script's last line\n"
 
-# Run in this process (torch and transformers are imported already: the CLI run lowered the
-# script here), with sys.modules and os.environ restored after:
+# A program run as ``python check_scripts.py S.py S_megatron.py`` in this process
+# (``test_emit_torch.run_script``: torch and transformers are imported already, and what it
+# puts in sys.modules and os.environ goes after):
 # 1. imports an emitted script as is, where torch_xla is not installed, and reports where
 #    it failed; 2. imports each script again with stand-in torch_xla modules that record
 #    what the script asks for, builds the model and inputs, and reports every
-#    mark_sharding call by parameter name.
-_STANDIN_MODULES = ("torch_xla", "torch_xla.runtime", "torch_xla.distributed", "torch_xla.distributed.spmd",
-                    "tt_torch", "tt_torch.sharding")
+#    mark_sharding call by parameter name. Prints one JSON object.
+CHECK_SCRIPTS = r"""
+import importlib.util, json, os, sys, traceback, types
+import torch
 
-
-def _load_module(path, name):
+def load(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
+out = {}
+plain = os.path.abspath(sys.argv[1])
+try:
+    load(plain, "plain")
+    out["plain"] = None
+except BaseException as e:
+    frames = [(f.lineno, f.name, f.line) for f in traceback.extract_tb(e.__traceback__) if f.filename == plain]
+    out["plain"] = {"type": type(e).__name__, "name": getattr(e, "name", None), "frames": frames}
 
-def _check_scripts(plain: str, paths: list) -> dict:
-    import traceback
-    import types
-
-    import torch
-
-    out = {}
-    plain = os.path.abspath(plain)
-    with pytest.MonkeyPatch.context() as mp:
-        for name in _STANDIN_MODULES:  # whatever is there now comes back after
-            mp.delitem(sys.modules, name, raising=False)
-        mp.setattr(os, "environ", dict(os.environ))  # the scripts set CONVERT_SHLO_TO_SHARDY
-        try:
-            _load_module(plain, "plain")
-            out["plain"] = None
-        except BaseException as e:
-            frames = [[f.lineno, f.name, f.line] for f in traceback.extract_tb(e.__traceback__)
-                      if f.filename == plain]
-            out["plain"] = {"type": type(e).__name__, "name": getattr(e, "name", None), "frames": frames}
-
-        for path in paths:
-            calls = []
-            xla = types.ModuleType("torch_xla")
-            xla.device = lambda: torch.device("cpu")
-            xla.set_custom_compile_options = lambda o, calls=calls: calls.append(["set_custom_compile_options",
-                                                                                   dict(o)])
-            runtime = types.ModuleType("torch_xla.runtime")
-            runtime.set_device_type = lambda t, calls=calls: calls.append(["set_device_type", t])
-            runtime.use_spmd = lambda calls=calls: calls.append(["use_spmd"])
-            distributed = types.ModuleType("torch_xla.distributed")
-            spmd = types.ModuleType("torch_xla.distributed.spmd")
-
-            class Mesh:
-                def __init__(self, ids, shape, axes, calls=calls):
-                    calls.append(["Mesh", [int(i) for i in ids], list(shape), list(axes)])
-
-            marked = []
-            spmd.Mesh = Mesh
-            spmd.mark_sharding = lambda t, mesh, spec, marked=marked: marked.append((t, spec))
-            xla.runtime, xla.distributed, distributed.spmd = runtime, distributed, spmd
-            tt = types.ModuleType("tt_torch")
-            tt_sharding = types.ModuleType("tt_torch.sharding")
-            hooked = []
-
-            def sharding_constraint_hook(module, mesh, spec, hooked=hooked):
-                hooked.append((module, spec))
-                return lambda mod, args, output: output
-
-            tt_sharding.sharding_constraint_hook = sharding_constraint_hook
-            tt_sharding.sharding_constraint_tensor = lambda t, mesh, spec: t
-            tt.sharding = tt_sharding
-            for name, module in zip(_STANDIN_MODULES, (xla, runtime, distributed, spmd, tt, tt_sharding)):
-                mp.setitem(sys.modules, name, module)
-            loader = _load_module(path, "stubbed_" + os.path.basename(path)[:-3]).ModelLoader()
-            model = loader.load_model()
-            inputs = loader.load_inputs()
-            modules = {id(m): n for n, m in model.named_modules()}
-            names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
-            names.update({id(t): f"input {i}" for i, t in enumerate(inputs)})
-            out[os.path.basename(path)] = {
-                "calls": calls,
-                "marked": [[names.get(id(t), "?"), json.loads(json.dumps(spec))] for t, spec in marked],
-                "hooked": sorted([modules.get(id(m), "?"), json.loads(json.dumps(spec))] for m, spec in hooked),
-                "modules": sorted(modules.values()),
-                "tensors": sorted(names.values()),
-            }
-    return json.loads(json.dumps(out))
+for path in sys.argv[1:]:
+    calls = []
+    xla = types.ModuleType("torch_xla")
+    xla.device = lambda: torch.device("cpu")
+    xla.set_custom_compile_options = lambda o: calls.append(["set_custom_compile_options", dict(o)])
+    runtime = types.ModuleType("torch_xla.runtime")
+    runtime.set_device_type = lambda t: calls.append(["set_device_type", t])
+    runtime.use_spmd = lambda: calls.append(["use_spmd"])
+    distributed = types.ModuleType("torch_xla.distributed")
+    spmd = types.ModuleType("torch_xla.distributed.spmd")
+    class Mesh:
+        def __init__(self, ids, shape, axes):
+            calls.append(["Mesh", [int(i) for i in ids], list(shape), list(axes)])
+    marked = []
+    spmd.Mesh = Mesh
+    spmd.mark_sharding = lambda t, mesh, spec: marked.append((t, spec))
+    xla.runtime, xla.distributed, distributed.spmd = runtime, distributed, spmd
+    tt = types.ModuleType("tt_torch")
+    tt_sharding = types.ModuleType("tt_torch.sharding")
+    hooked = []
+    def sharding_constraint_hook(module, mesh, spec):
+        hooked.append((module, spec))
+        return lambda mod, args, output: output
+    tt_sharding.sharding_constraint_hook = sharding_constraint_hook
+    tt_sharding.sharding_constraint_tensor = lambda t, mesh, spec: t
+    tt.sharding = tt_sharding
+    sys.modules.update({"torch_xla": xla, "torch_xla.runtime": runtime, "torch_xla.distributed": distributed,
+                        "torch_xla.distributed.spmd": spmd, "tt_torch": tt, "tt_torch.sharding": tt_sharding})
+    loader = load(path, "stubbed_" + os.path.basename(path)[:-3]).ModelLoader()
+    model = loader.load_model()
+    inputs = loader.load_inputs()
+    modules = {id(m): n for n, m in model.named_modules()}
+    names = {id(t): n for n, t in [*model.named_parameters(), *model.named_buffers()]}
+    names.update({id(t): f"input {i}" for i, t in enumerate(inputs)})
+    out[os.path.basename(path)] = {
+        "calls": calls,
+        "marked": [[names.get(id(t), "?"), json.loads(json.dumps(spec))] for t, spec in marked],
+        "hooked": sorted([modules.get(id(m), "?"), json.loads(json.dumps(spec))] for m, spec in hooked),
+        "modules": sorted(modules.values()),
+        "tensors": sorted(names.values()),
+    }
+print(json.dumps(out))
+"""
 
 
 def _commented_example() -> str:
@@ -489,8 +475,12 @@ def test_megatron_plan_on_this_script_is_column_then_row(d):
 
 def _scripts_checked(d) -> dict:
     if "scripts" not in d.cache:
-        path = os.path.join(d.main.dir, "S.py")
-        d.cache["scripts"] = _check_scripts(path, [path, d.megatron_script])
+        driver = os.path.join(os.path.dirname(d.megatron_script), "check_scripts.py")
+        with open(driver, "w") as f:
+            f.write(CHECK_SCRIPTS)
+        r = run_script(driver, args=[os.path.join(d.main.dir, "S.py"), d.megatron_script])
+        assert r.returncode == 0, r.stderr
+        d.cache["scripts"] = json.loads(r.stdout.strip().splitlines()[-1])
     return d.cache["scripts"]
 
 
